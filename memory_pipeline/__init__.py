@@ -1,0 +1,20 @@
+"""memory_pipeline: index an agent's memory folder into LanceDB and search it."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from memory_pipeline.search import SearchResult
+
+
+def search(query: str, **kwargs: Any) -> list["SearchResult"]:
+    """Hybrid search of the memory index (see ``memory_pipeline.search.search``)."""
+    from memory_pipeline.search import search as _search
+
+    return _search(query, **kwargs)
+
+
+__all__ = ["search", "__version__"]

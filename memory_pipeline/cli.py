@@ -1,0 +1,285 @@
+"""The `memory` command: index, search, scan, status.
+
+Exit codes: 0 success, 1 an error (one line on stderr saying what to do),
+2 a usage error. Files that could not be indexed do not make `index` fail:
+they are listed with their reasons (and the run still indexes everything else).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections import Counter
+
+from memory_pipeline.errors import MemoryPipelineError
+
+
+def _settings(args):
+    from memory_pipeline.settings import load_settings
+
+    return load_settings(args.config)
+
+
+def _print_json(obj) -> None:
+    sys.stdout.write(json.dumps(obj, indent=2, ensure_ascii=False, default=str) + "\n")
+
+
+# --- index -------------------------------------------------------------------------------
+
+
+def cmd_index(args) -> int:
+    from memory_pipeline import progress
+    from memory_pipeline.runner import run_index
+
+    settings = _settings(args)
+    if not (args.json or args.quiet):
+        progress.set_listener(progress.StderrProgress())
+    try:
+        summary = run_index(settings, force=args.force)
+    finally:
+        progress.set_listener(None)
+    if args.json:
+        _print_json({k: v for k, v in summary.items()})
+        return 0
+    if not args.quiet:
+        print(
+            f"Indexed {summary['files_seen']} files: {summary['files_changed']} changed, "
+            f"{summary['files_deleted']} deleted; {summary['chunks_total']} chunks "
+            f"({summary['chunks_embedded']} embedded, {summary['chunks_cached']} from cache); "
+            f"{summary['rows_written']} rows written, {summary['rows_deleted']} deleted; "
+            f"table has {summary['table_rows']} rows [{summary['provider']}/{summary['model']}, "
+            f"{summary['dims']} dims] in {summary['seconds']:.1f}s"
+        )
+        for err in summary["errors"]:
+            print(f"  {err['status']}: {err['path']}: {err['reason']}", file=sys.stderr)
+    return 0
+
+
+# --- search ------------------------------------------------------------------------------
+
+
+def cmd_search(args) -> int:
+    from memory_pipeline.search import search
+
+    settings = _settings(args)
+    results = search(
+        args.query,
+        settings=settings,
+        max_results=args.max_results,
+        min_score=args.min_score,
+        mode=args.mode,
+        source=args.source,
+        path_glob=args.path,
+    )
+    if args.json:
+        _print_json(
+            {
+                "query": args.query,
+                "results": [
+                    {
+                        "path": r.path,
+                        "source": r.source,
+                        "locator": r.locator,
+                        "score": r.score,
+                        "snippet": r.snippet,
+                        "modality": r.modality,
+                        "mime_type": r.mime_type,
+                        "line_start": r.line_start,
+                        "line_end": r.line_end,
+                        "heading": r.heading,
+                    }
+                    for r in results
+                ],
+            }
+        )
+        return 0
+    if not results:
+        print(f"No relevant memories for {args.query!r}.")
+        return 0
+    text = [r for r in results if r.memory_type != "media"]
+    media = [r for r in results if r.memory_type == "media"]
+    for title, group in (("— Text Results —", text), ("— Media Results —", media)):
+        if not group:
+            continue
+        print(title)
+        for i, r in enumerate(group, 1):
+            where = f" › {r.heading}" if r.heading else ""
+            print(f"{i}. {r.path}:{r.locator}  score {r.score:.3f}  [{r.modality}]{where}")
+            print(f"   {r.snippet}")
+    return 0
+
+
+# --- scan --------------------------------------------------------------------------------
+
+
+def cmd_scan(args) -> int:
+    from memory_pipeline.discovery import INDEXED_MODALITIES, classify, sniff_file, walk_all
+
+    settings = _settings(args)
+    files = []
+    for f in walk_all(settings):
+        row = {"source": f.source, "path": f.abs_path, "size": f.size, "mime_type": "", "modality": "", "status": f.status, "reason": f.reason}
+        if f.status == "ok":
+            try:
+                row["mime_type"], row["modality"] = sniff_file(f.abs_path, f.path)
+                row["status"], row["reason"] = classify(row["mime_type"], row["modality"], f.path)
+            except PermissionError:
+                row["status"], row["reason"] = "failed", "permission denied"
+            except OSError as err:
+                row["status"], row["reason"] = "failed", f"cannot read: {err.strerror or err}"
+        files.append(row)
+    ok = [f for f in files if f["status"] == "ok"]
+    n_text = sum(1 for f in ok if f["modality"] in INDEXED_MODALITIES)
+    n_media = sum(1 for f in files if f["modality"] in ("image", "audio", "video", "pdf", "document"))
+    problems = [f for f in files if f["status"] != "ok"]
+    if args.json:
+        _print_json({"files": files, "text_files": n_text, "media_files": n_media, "to_index": len(ok), "skipped": len(problems)})
+        return 0
+    if args.verbose:
+        for f in files:
+            mark = "" if f["status"] == "ok" else f"  [{f['status']}: {f['reason']}]"
+            print(f"{f['mime_type'] or '-':<24} {f['size']:>10}  {f['path']}{mark}")
+    elif problems:
+        for f in problems:
+            print(f"{f['status']}: {f['path']}: {f['reason']}")
+    print(f"Found {n_text} text files, {n_media} media files")
+    if problems:
+        reasons = Counter(f["status"] for f in problems)
+        print(f"Not indexed: {len(problems)} ({', '.join(f'{n} {s}' for s, n in sorted(reasons.items()))}); see reasons above")
+    return 0
+
+
+# --- status ------------------------------------------------------------------------------
+
+
+def cmd_status(args) -> int:
+    from memory_pipeline import pipeline
+    from memory_pipeline.discovery import SHARD_KEYS
+    from memory_pipeline.providers.registry import resolve_provider
+    from memory_pipeline.runner import last_run
+    from memory_pipeline.stores.cache import EmbeddingCache
+    from memory_pipeline.stores.lance import VectorStore
+
+    settings = _settings(args)
+    try:
+        resolved = resolve_provider(settings)
+        provider = resolved.provider
+        prov = {
+            "requested": settings.provider,
+            "provider": provider.name if provider else "none",
+            "model": provider.model if provider else None,
+            "dims": provider.dims if provider else 0,
+            "reason": resolved.reason,
+        }
+    except MemoryPipelineError as err:
+        prov = {"requested": settings.provider, "provider": None, "error": str(err)}
+    store = VectorStore(settings.lancedb_uri, settings.table_name)
+    per_source: dict[str, dict] = {s.name: {"files": 0, "indexed_files": 0, "chunks": 0} for s in settings.sources}
+    for shard in SHARD_KEYS:
+        manifest = pipeline.read_manifest(settings, shard)
+        for src in manifest.column("source").to_pylist():
+            per_source.setdefault(src, {"files": 0, "indexed_files": 0, "chunks": 0})["files"] += 1
+        for row in pipeline.read_state(settings, shard).to_pylist():
+            src = row["doc_id"].split(":", 1)[0]
+            entry = per_source.setdefault(src, {"files": 0, "indexed_files": 0, "chunks": 0})
+            entry["indexed_files"] += 1
+            entry["chunks"] += row["chunks"]
+    cache_entries = 0
+    if settings.cache_path.is_file():
+        cache = EmbeddingCache(settings.cache_path, settings.cache.max_entries)
+        cache_entries = len(cache)
+        cache.close()
+    table = store.open()
+    status = {
+        "config": str(settings.config_path),
+        **prov,
+        "table": {
+            "uri": settings.lancedb_uri,
+            "name": settings.table_name,
+            "exists": table is not None,
+            "rows": table.count_rows() if table is not None else 0,
+            "dims": store.dims(),
+            "built_with": store.meta(),
+        },
+        "sources": per_source,
+        "cache": {"enabled": settings.cache.enabled, "entries": cache_entries, "max_entries": settings.cache.max_entries, "path": str(settings.cache_path)},
+        "last_run": last_run(settings),
+    }
+    if status["last_run"]:
+        status["last_run"] = {k: v for k, v in status["last_run"].items() if k != "errors"} | {
+            "errors": len(status["last_run"].get("errors", []))
+        }
+    if args.json:
+        _print_json(status)
+        return 0
+    print(f"config:   {status['config']}")
+    if prov.get("provider"):
+        print(f"provider: {prov['provider']} / {prov.get('model')} ({prov.get('dims')} dims); requested {prov['requested']}")
+    else:
+        print(f"provider: none ({prov.get('reason') or prov.get('error')}) — full-text search only")
+    t = status["table"]
+    print(f"table:    {t['uri']}/{t['name']}  rows={t['rows']} dims={t['dims']}" + ("" if t["exists"] else "  (not built yet: run `memory index`)"))
+    for name, s in per_source.items():
+        print(f"source:   {name}: {s['files']} files seen, {s['indexed_files']} indexed, {s['chunks']} chunks")
+    c = status["cache"]
+    print(f"cache:    {c['entries']} / {c['max_entries']} entries ({'on' if c['enabled'] else 'off'})")
+    lr = status["last_run"]
+    print(f"last run: {lr['finished_at']} ({lr['files_changed']} changed, {lr['errors']} errors)" if lr else "last run: never")
+    return 0
+
+
+# --- entry point -------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="memory", description="Index and search an agent's memory folder.")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", help="memory_pipeline.yaml (default: $MEMORY_PIPELINE_CONFIG, then ./memory_pipeline.yaml)")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("index", parents=[common], help="index the configured sources (the whole Dagster graph, in-process)")
+    p.add_argument("--force", action="store_true", help="re-index every file (vectors still come from the cache)")
+    p.add_argument("--json", action="store_true", help="print one JSON summary object")
+    p.add_argument("--quiet", action="store_true", help="no progress or summary")
+    p.set_defaults(func=cmd_index)
+
+    p = sub.add_parser("search", parents=[common], help="hybrid search of the index")
+    p.add_argument("query")
+    p.add_argument("--max-results", type=int, default=None)
+    p.add_argument("--min-score", type=float, default=None)
+    p.add_argument("--mode", choices=["hybrid", "vector", "fts"], default="hybrid")
+    p.add_argument("--source", help="only this source")
+    p.add_argument("--path", help="only paths matching this glob (relative to the source)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_search)
+
+    p = sub.add_parser("scan", parents=[common], help="what would be indexed, and why anything is skipped")
+    p.add_argument("--verbose", action="store_true", help="list every file with its type and size")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_scan)
+
+    p = sub.add_parser("status", parents=[common], help="provider, table, sources, cache and last run")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_status)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except MemoryPipelineError as err:
+        hint = f" ({err.hint})" if err.hint else ""
+        print(f"[ERROR] {err}{hint}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("[ERROR] interrupted; run the same command again to resume", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

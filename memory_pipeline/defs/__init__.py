@@ -1,0 +1,1 @@
+"""Dagster wiring only: assets, partitions, resources, sensors, schedules."""

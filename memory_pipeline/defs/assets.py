@@ -1,0 +1,177 @@
+"""The asset graph: source_files → extracted_content → memory_chunks → chunk_embeddings → memory_vectors.
+
+Each asset handles every partition key of its run (one shard, or a range when the
+CLI or the nightly schedule indexes everything in one run), delegates to the
+plain functions in ``memory_pipeline.pipeline`` and reports counts as metadata.
+"""
+
+
+from dataclasses import asdict
+
+import dagster as dg
+
+from memory_pipeline import pipeline
+from memory_pipeline.defs.partitions import shard_partitions
+from memory_pipeline.defs.resources import MemoryConfigResource
+from memory_pipeline.errors import IndexMismatchError
+
+GROUP = "memory_index"
+_MAX_LISTED = 50
+
+
+class IndexRunConfig(dg.Config):
+    """Per-run knobs."""
+
+    force: bool = False  # re-index every file (vectors still come from the cache)
+
+
+def _errors_md(rows: list[dict]) -> str:
+    if not rows:
+        return "no errors"
+    lines = ["| path | reason |", "|---|---|"]
+    lines += [f"| `{r['path']}` | {r['reason']} |" for r in rows[:_MAX_LISTED]]
+    if len(rows) > _MAX_LISTED:
+        lines.append(f"| … | {len(rows) - _MAX_LISTED} more |")
+    return "\n".join(lines)
+
+
+@dg.asset(
+    partitions_def=shard_partitions,
+    group_name=GROUP,
+    kinds={"python", "parquet"},
+    description="One row per file under the configured sources: stat, sha256, sniffed type, status, action.",
+)
+def source_files(context: dg.AssetExecutionContext, config: IndexRunConfig, memory_config: MemoryConfigResource) -> dg.MaterializeResult:
+    settings = memory_config.settings()
+    resolved = memory_config.provider(settings)
+    ident = pipeline.EmbeddingIdentity.of(resolved)
+    shards = list(context.partition_keys)
+    counts = pipeline.discover(settings, shards, force=config.force, fp=pipeline.fingerprint(settings, ident))
+    bad = pipeline.run_errors(settings, shards)
+    for err in bad:
+        context.log.warning(f"{err['status']}: {err['path']}: {err['reason']}")
+    return dg.MaterializeResult(
+        metadata={
+            **{k: dg.MetadataValue.int(v) for k, v in asdict(counts).items()},
+            "partitions": len(shards),
+            "problems": dg.MetadataValue.md(_errors_md(bad)),
+        }
+    )
+
+
+@dg.asset(
+    partitions_def=shard_partitions,
+    deps=[source_files],
+    group_name=GROUP,
+    kinds={"python", "parquet"},
+    description="Text segments with line locators for every new or changed file; unreadable files get a reason.",
+)
+def extracted_content(context: dg.AssetExecutionContext, memory_config: MemoryConfigResource) -> dg.MaterializeResult:
+    settings = memory_config.settings()
+    shards = list(context.partition_keys)
+    resolved = memory_config.provider(settings)
+    todo = sum(1 for s in shards for a in pipeline.read_manifest(settings, s).column("action").to_pylist() if a == "index")
+    if todo and resolved.provider is not None and hasattr(resolved.provider, "warm"):
+        # The model loads in the background while files are read and chunked.
+        resolved.provider.warm()
+    counts = pipeline.extract_content(settings, shards)
+    for f in counts.failures:
+        context.log.warning(f"extraction failed: {f['path']}: {f['reason']}")
+    return dg.MaterializeResult(
+        metadata={
+            "files": counts.files,
+            "extracted": counts.extracted,
+            "failed": counts.failed,
+            "segments": counts.segments,
+            "chars": counts.chars,
+            "failures": dg.MetadataValue.md(_errors_md(counts.failures)),
+        }
+    )
+
+
+@dg.asset(
+    partitions_def=shard_partitions,
+    deps=[extracted_content],
+    group_name=GROUP,
+    kinds={"python", "parquet"},
+    description="Token-aware chunks with stable ids, never over the embedding model's input limit.",
+)
+def memory_chunks(context: dg.AssetExecutionContext, memory_config: MemoryConfigResource) -> dg.MaterializeResult:
+    settings = memory_config.settings()
+    resolved = memory_config.provider(settings)
+    ident = pipeline.EmbeddingIdentity.of(resolved)
+    counts = pipeline.make_chunks(settings, list(context.partition_keys), resolved.provider, ident)
+    budget, overlap = pipeline.chunk_budget(settings, ident)
+    return dg.MaterializeResult(
+        metadata={
+            "files": counts.files,
+            "chunks": counts.chunks,
+            "tokens": counts.tokens,
+            "chunk_tokens": budget,
+            "overlap_tokens": overlap,
+            "max_model_tokens": counts.max_model_tokens,
+            "model_input_limit": ident.max_input_tokens or 0,
+        }
+    )
+
+
+@dg.asset(
+    partitions_def=shard_partitions,
+    deps=[memory_chunks],
+    group_name=GROUP,
+    kinds={"python", "parquet"},
+    description="Vectors for the chunks of changed files: the embedding cache first, the provider for the rest.",
+)
+def chunk_embeddings(context: dg.AssetExecutionContext, memory_config: MemoryConfigResource) -> dg.MaterializeResult:
+    settings = memory_config.settings()
+    resolved = memory_config.provider(settings)
+    ident = pipeline.EmbeddingIdentity.of(resolved)
+    counts = pipeline.embed_chunks(settings, list(context.partition_keys), resolved.provider, ident)
+    if resolved.provider is None:
+        context.log.warning(f"full-text only: {resolved.reason}")
+    return dg.MaterializeResult(
+        metadata={
+            "provider": ident.provider,
+            "model": ident.model,
+            "dims": ident.dims,
+            "chunks": counts.chunks,
+            "unique": counts.unique,
+            "cached": counts.cached,
+            "embedded": counts.embedded,
+            "tokens": counts.tokens_embedded,
+            "embed_seconds": round(counts.seconds, 3),
+            "mode": "vector+fts" if resolved.provider is not None else "fts-only",
+        }
+    )
+
+
+@dg.asset(
+    partitions_def=shard_partitions,
+    deps=[chunk_embeddings],
+    group_name=GROUP,
+    kinds={"lancedb"},
+    description="The LanceDB table agents search; each changed file's rows replaced in one commit.",
+)
+def memory_vectors(context: dg.AssetExecutionContext, config: IndexRunConfig, memory_config: MemoryConfigResource) -> dg.MaterializeResult:
+    settings = memory_config.settings()
+    resolved = memory_config.provider(settings)
+    ident = pipeline.EmbeddingIdentity.of(resolved)
+    shards = list(context.partition_keys)
+    try:
+        stats = pipeline.write_vectors(settings, shards, ident)
+    except IndexMismatchError:
+        if not config.force:
+            raise
+        context.log.warning("model or dimension changed: rebuilding the table (forced)")
+        pipeline.reset_index_state(settings)
+        stats = pipeline.write_vectors(settings, shards, ident, recreate=True)
+    return dg.MaterializeResult(
+        metadata={
+            **{k: v for k, v in asdict(stats).items()},
+            "table": settings.table_name,
+            "uri": settings.lancedb_uri,
+        }
+    )
+
+
+index_assets = [source_files, extracted_content, memory_chunks, chunk_embeddings, memory_vectors]

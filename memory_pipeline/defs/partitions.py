@@ -1,0 +1,18 @@
+"""Partitions: stable hash shards of (source, path).
+
+A file's shard never changes, so a backfill of a shard range re-indexes exactly
+those files, parallel runs never touch the same file, and the partition count
+stays fixed however large the memory grows (per-file dynamic partitions would
+not scale).
+"""
+
+import dagster as dg
+
+from memory_pipeline.discovery import SHARD_KEYS
+
+shard_partitions = dg.StaticPartitionsDefinition(list(SHARD_KEYS))
+
+FULL_RANGE_TAGS = {
+    "dagster/asset_partition_range_start": SHARD_KEYS[0],
+    "dagster/asset_partition_range_end": SHARD_KEYS[-1],
+}

@@ -1,0 +1,27 @@
+"""A sensor that asks for runs only for the shards whose files changed."""
+
+
+import json
+
+import dagster as dg
+
+from memory_pipeline import pipeline
+from memory_pipeline.defs.jobs import index_job
+from memory_pipeline.defs.partitions import shard_partitions
+from memory_pipeline.defs.resources import MemoryConfigResource
+
+
+@dg.sensor(job=index_job, minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.STOPPED)
+def memory_files_sensor(context: dg.SensorEvaluationContext, memory_config: MemoryConfigResource):
+    """Stat-walk the sources (no reads, no hashing); one run per shard whose fingerprint moved."""
+    settings = memory_config.settings()
+    shards = shard_partitions.get_partition_keys()
+    current = pipeline.shard_fingerprints(settings)
+    # Without a cursor, compare against what the last run saw (its manifests).
+    seen = json.loads(context.cursor) if context.cursor else pipeline.manifest_fingerprints(settings, shards)
+    changed = [s for s in shards if current.get(s, "") != seen.get(s, "")]
+    for shard in changed:
+        yield dg.RunRequest(partition_key=shard, run_key=f"{shard}:{current.get(shard, 'empty')}")
+    context.update_cursor(json.dumps(current, sort_keys=True))
+    if not changed:
+        yield dg.SkipReason("no file changed")

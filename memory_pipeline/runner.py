@@ -1,0 +1,131 @@
+"""Run the whole asset graph in-process (what `memory index` and the nightly schedule do)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict
+from datetime import datetime, timezone
+from pathlib import Path
+
+from memory_pipeline import pipeline
+from memory_pipeline.discovery import SHARD_KEYS
+from memory_pipeline.errors import MemoryPipelineError
+from memory_pipeline.settings import Settings
+
+DAGSTER_YAML = """\
+# Written by memory_pipeline: a persistent instance for `memory index` and `make ui`.
+telemetry:
+  enabled: false
+"""
+
+
+def ensure_dagster_home(settings: Settings) -> Path:
+    home = settings.dagster_home
+    home.mkdir(parents=True, exist_ok=True)
+    cfg = home / "dagster.yaml"
+    if not cfg.is_file():
+        cfg.write_text(DAGSTER_YAML)
+    return home
+
+
+def run_index(settings: Settings, *, force: bool = False) -> dict:
+    """Materialize every asset over every shard in one in-process run; returns the summary."""
+    import dagster as dg
+
+    from memory_pipeline.defs.assets import index_assets
+    from memory_pipeline.defs.partitions import FULL_RANGE_TAGS
+    from memory_pipeline.defs.resources import MemoryConfigResource
+
+    home = ensure_dagster_home(settings)
+    os.environ.setdefault("DAGSTER_HOME", str(home))
+    started = time.perf_counter()
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        result = dg.materialize(
+            index_assets,
+            instance=instance,
+            resources={"memory_config": MemoryConfigResource(config_path=str(settings.config_path or ""))},
+            tags=dict(FULL_RANGE_TAGS),
+            run_config={
+                "ops": {
+                    "source_files": {"config": {"force": force}},
+                    "memory_vectors": {"config": {"force": force}},
+                },
+                "loggers": {"console": {"config": {"log_level": "CRITICAL"}}},
+            },
+            raise_on_error=False,
+        )
+        run_id = result.run_id
+        if not result.success:
+            raise MemoryPipelineError(_failure_message(result), hint=f"see run {run_id} in the Dagster UI (make ui)")
+        meta = _metadata_by_asset(result)
+    summary = _summary(settings, meta, run_id, time.perf_counter() - started)
+    _record_run(settings, summary)
+    return summary
+
+
+def _failure_message(result) -> str:
+    for event in result.all_events:
+        if event.event_type_value == "STEP_FAILURE":
+            data = event.event_specific_data
+            err = getattr(data, "error", None)
+            if err is not None:
+                # The user-facing message of our own errors sits in the first line of the cause chain.
+                cause = err
+                while getattr(cause, "cause", None) is not None:
+                    cause = cause.cause
+                return f"{event.step_key} failed: {cause.message.strip().splitlines()[-1]}"
+    return "index run failed"
+
+
+def _metadata_by_asset(result) -> dict[str, dict]:
+    out: dict[str, dict] = {}
+    for event in result.get_asset_materialization_events():
+        mat = event.event_specific_data.materialization
+        key = mat.asset_key.to_user_string()
+        if key not in out:
+            out[key] = {k: getattr(v, "value", v) for k, v in mat.metadata.items()}
+    return out
+
+
+def _summary(settings: Settings, meta: dict[str, dict], run_id: str, seconds: float) -> dict:
+    src = meta.get("source_files", {})
+    chunks = meta.get("memory_chunks", {})
+    emb = meta.get("chunk_embeddings", {})
+    vec = meta.get("memory_vectors", {})
+    return {
+        "files_seen": int(src.get("files_seen", 0)),
+        "files_changed": int(src.get("files_changed", 0)),
+        "files_deleted": int(src.get("files_deleted", 0)),
+        "chunks_total": int(chunks.get("chunks", 0)),
+        "chunks_embedded": int(emb.get("embedded", 0)),
+        "chunks_cached": int(emb.get("cached", 0)),
+        "rows_written": int(vec.get("rows_written", 0)),
+        "rows_deleted": int(vec.get("rows_deleted", 0)),
+        "table_rows": int(vec.get("table_rows", 0)),
+        "provider": emb.get("provider", ""),
+        "model": emb.get("model", ""),
+        "dims": int(emb.get("dims", 0)),
+        "mode": emb.get("mode", ""),
+        "errors": pipeline.run_errors(settings, SHARD_KEYS),
+        "run_id": run_id,
+        "seconds": round(seconds, 3),
+        "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def _record_run(settings: Settings, summary: dict) -> None:
+    settings.runs_dir.mkdir(parents=True, exist_ok=True)
+    (settings.runs_dir / "last_run.json").write_text(json.dumps(summary, indent=2))
+    with open(settings.runs_dir / "history.jsonl", "a") as fh:
+        row = {k: v for k, v in summary.items() if k != "errors"} | {"errors": len(summary["errors"])}
+        fh.write(json.dumps(row) + "\n")
+
+
+def last_run(settings: Settings) -> dict | None:
+    path = settings.runs_dir / "last_run.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+__all__ = ["run_index", "last_run", "ensure_dagster_home", "asdict"]

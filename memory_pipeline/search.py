@@ -1,0 +1,176 @@
+"""Hybrid search over the memory table: vector + native full-text, fused.
+
+Scores are in [0, 1] in every mode:
+
+* vector similarity ``sv`` = cosine similarity of the query and the chunk, clipped at 0;
+* text score ``st`` = ``bm25 / (bm25 + 3)`` (saturating: one weak term match stays low);
+* hybrid = ``max(wv*sv + wt*st, st if st >= 0.5)`` with ``wv, wt`` normalized to sum to 1.
+  The second term keeps a strong keyword hit (an id, a name, a CJK phrase the
+  English model does not understand) from being drowned by a weak vector leg.
+
+Every candidate from either leg gets both scores (the vector of an FTS hit is
+compared with the query exactly), so fusion never guesses a missing leg.
+``min_score`` drops weak results: a query about nothing in memory returns nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from memory_pipeline.discovery import glob_match
+from memory_pipeline.errors import ConfigError
+from memory_pipeline.providers.registry import resolve_provider
+from memory_pipeline.settings import Settings, load_settings
+from memory_pipeline.stores.lance import FTS_COLUMN, VectorStore
+
+MODES = ("hybrid", "vector", "fts")
+BM25_HALF = 3.0
+STRONG_TEXT = 0.5
+_COLUMNS = [
+    "chunk_id", "source", "path", "locator", "line_start", "line_end", "heading", "text",
+    "modality", "mime_type", "memory_type", "original_file_path",
+]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    path: str
+    source: str
+    locator: str
+    score: float
+    snippet: str
+    modality: str
+    mime_type: str
+    line_start: int
+    line_end: int
+    heading: str
+    memory_type: str
+    vector_score: float
+    text_score: float
+    chunk_id: str
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def _snippet(text: str, query: str, max_chars: int = 320) -> str:
+    terms = [t.lower() for t in re.findall(r"\w+", query) if len(t) > 2]
+    lines = [ln for ln in text.split("\n") if ln.strip()]
+    if not lines:
+        return ""
+    best = 0
+    if terms:
+        scores = [sum(t in ln.lower() for t in terms) for ln in lines]
+        best = int(np.argmax(scores)) if max(scores) > 0 else 0
+    out = " ".join(lines[best:])
+    if best > 0:
+        out = "… " + out
+    return out if len(out) <= max_chars else out[: max_chars - 1].rstrip() + "…"
+
+
+def search(
+    query: str,
+    *,
+    settings: Settings | None = None,
+    config: str | None = None,
+    max_results: int | None = None,
+    min_score: float | None = None,
+    mode: str = "hybrid",
+    source: str | None = None,
+    path_glob: str | None = None,
+) -> list[SearchResult]:
+    """Search the memory index; results best first, each above ``min_score``."""
+    settings = settings or load_settings(config)
+    if mode not in MODES:
+        raise ConfigError(f"mode must be one of {', '.join(MODES)}, got {mode!r}", key="mode")
+    query = query.strip()
+    if not query:
+        return []
+    max_results = max_results or settings.query.max_results
+    min_score = settings.query.min_score if min_score is None else min_score
+    store = VectorStore(settings.lancedb_uri, settings.table_name)
+    table = store.open()
+    if table is None or table.count_rows() == 0:
+        return []
+    dims = store.dims()
+    provider = resolve_provider(settings).provider if dims else None
+    if mode == "vector" and provider is None:
+        raise ConfigError("vector search needs an embedding provider; this index is full-text only", key="mode")
+    if provider is None:
+        mode = "fts"
+    where = f"source = '{source.replace(chr(39), chr(39) * 2)}'" if source else None
+    pool = max(max_results * 5, 30)
+
+    qvec = provider.embed_query(query) if provider is not None else None
+    candidates: dict[str, dict] = {}
+    if mode in ("hybrid", "vector") and qvec is not None:
+        q = table.search(qvec, vector_column_name="vector").distance_type("cosine").limit(pool)
+        if where:
+            q = q.where(where, prefilter=True)
+        for row in q.select(_COLUMNS + ["_distance"]).to_list():
+            row["sv"] = max(0.0, 1.0 - float(row["_distance"]))
+            row["st"] = 0.0
+            candidates[row["chunk_id"]] = row
+    if mode in ("hybrid", "fts"):
+        q = table.search(query, query_type="fts", fts_columns=FTS_COLUMN).limit(pool)
+        if where:
+            q = q.where(where, prefilter=True)
+        cols = _COLUMNS + ["_score"] + (["vector"] if qvec is not None else [])
+        try:
+            fts_rows = q.select(cols).to_list()
+        except Exception as err:  # no FTS index yet on an empty or fresh table
+            if "index" not in str(err).lower():
+                raise
+            fts_rows = []
+        for row in fts_rows:
+            bm25 = float(row.get("_score", 0.0))
+            st = bm25 / (bm25 + BM25_HALF) if bm25 > 0 else 0.0
+            existing = candidates.get(row["chunk_id"])
+            if existing is not None:
+                existing["st"] = st
+                continue
+            vec = row.pop("vector", None)
+            row["sv"] = max(0.0, float(np.dot(np.asarray(vec, dtype=np.float32), qvec))) if vec is not None and qvec is not None else 0.0
+            row["st"] = st
+            candidates[row["chunk_id"]] = row
+
+    wv, wt = settings.query.vector_weight, settings.query.text_weight
+    total = (wv + wt) or 1.0
+    wv, wt = wv / total, wt / total
+    results: list[SearchResult] = []
+    for row in candidates.values():
+        if path_glob and not glob_match(row["path"], path_glob):
+            continue
+        sv, st = row["sv"], row["st"]
+        if mode == "vector":
+            score = sv
+        elif mode == "fts":
+            score = st
+        else:
+            score = max(wv * sv + wt * st, st if st >= STRONG_TEXT else 0.0)
+        if score < min_score:
+            continue
+        results.append(
+            SearchResult(
+                path=row["original_file_path"] or str(Path(row["path"])),
+                source=row["source"],
+                locator=row["locator"],
+                score=round(float(score), 4),
+                snippet=_snippet(row["text"], query),
+                modality=row["modality"],
+                mime_type=row["mime_type"],
+                line_start=int(row["line_start"]),
+                line_end=int(row["line_end"]),
+                heading=row["heading"] or "",
+                memory_type=row["memory_type"] or "text",
+                vector_score=round(float(sv), 4),
+                text_score=round(float(st), 4),
+                chunk_id=row["chunk_id"],
+            )
+        )
+    results.sort(key=lambda r: (-r.score, r.path, r.line_start))
+    return results[:max_results]

@@ -1,0 +1,293 @@
+"""The YAML configuration: validated into frozen dataclasses, loaded lazily.
+
+Resolution of the file: an explicit path (``--config``), else the
+``MEMORY_PIPELINE_CONFIG`` environment variable, else ``./memory_pipeline.yaml``.
+Relative paths inside the file are resolved against the file's own folder, so a
+config works from any working directory.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from memory_pipeline.errors import ConfigError
+
+CONFIG_ENV_VAR = "MEMORY_PIPELINE_CONFIG"
+DEFAULT_CONFIG_NAME = "memory_pipeline.yaml"
+
+KNOWN_PROVIDERS = ("auto", "local", "openai", "gemini", "voyage", "mistral", "ollama", "none")
+# Providers whose modules exist in this version; the rest are refused with a clear error.
+IMPLEMENTED_PROVIDERS = ("auto", "local", "none")
+
+DEFAULT_INCLUDE = ("**/*",)
+DEFAULT_EXCLUDE = ("**/.*", "**/.*/**", "**/node_modules/**", "**/__pycache__/**")
+
+_SECRET_KEY_RE = re.compile(r"(api[_-]?key|secret|token|password)$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class SourceConfig:
+    name: str
+    path: Path
+    include: tuple[str, ...] = DEFAULT_INCLUDE
+    exclude: tuple[str, ...] = DEFAULT_EXCLUDE
+
+
+@dataclass(frozen=True)
+class ChunkingConfig:
+    tokens: int = 400
+    overlap: int = 80
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    enabled: bool = True
+    max_entries: int = 200_000
+
+
+@dataclass(frozen=True)
+class QueryConfig:
+    max_results: int = 6
+    min_score: float = 0.35
+    vector_weight: float = 0.7
+    text_weight: float = 0.3
+
+
+@dataclass(frozen=True)
+class LimitsConfig:
+    max_file_bytes: int = 20 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the YAML file decides: what to index and how."""
+
+    data_dir: Path
+    sources: tuple[SourceConfig, ...]
+    provider: str = "auto"
+    model: str | None = None
+    chunking: ChunkingConfig = field(default_factory=ChunkingConfig)
+    cache: CacheConfig = field(default_factory=CacheConfig)
+    query: QueryConfig = field(default_factory=QueryConfig)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
+    table_name: str = "memory_vectors"
+    config_path: Path | None = None
+
+    @property
+    def assets_dir(self) -> Path:
+        return self.data_dir / "assets"
+
+    @property
+    def lancedb_uri(self) -> str:
+        return str(self.data_dir / "lancedb")
+
+    @property
+    def cache_path(self) -> Path:
+        return self.data_dir / "cache" / "embeddings.sqlite"
+
+    @property
+    def dagster_home(self) -> Path:
+        return self.data_dir / "dagster"
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.data_dir / "runs"
+
+    def source(self, name: str) -> SourceConfig:
+        for src in self.sources:
+            if src.name == name:
+                return src
+        raise ConfigError(f"unknown source {name!r}", key="sources")
+
+
+# --- loading -----------------------------------------------------------------------------
+
+
+def resolve_config_path(explicit: str | os.PathLike[str] | None = None) -> Path:
+    """The config file to use: explicit path, then the env var, then ./memory_pipeline.yaml."""
+    if explicit:
+        return Path(explicit).expanduser().resolve()
+    env = os.environ.get(CONFIG_ENV_VAR)
+    if env:
+        return Path(env).expanduser().resolve()
+    return (Path.cwd() / DEFAULT_CONFIG_NAME).resolve()
+
+
+def load_settings(path: str | os.PathLike[str] | None = None) -> Settings:
+    """Read and validate the YAML file; raises ConfigError with the key at fault."""
+    cfg_path = resolve_config_path(path)
+    if not cfg_path.is_file():
+        raise ConfigError(
+            f"config file not found: {cfg_path}",
+            path=str(cfg_path),
+            hint=f"pass --config FILE or set {CONFIG_ENV_VAR}",
+        )
+    try:
+        raw = yaml.safe_load(cfg_path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{cfg_path}: not valid YAML: {err}", path=str(cfg_path)) from err
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{cfg_path}: not UTF-8 text", path=str(cfg_path)) from err
+    return settings_from_dict(raw, base_dir=cfg_path.parent, config_path=cfg_path)
+
+
+def settings_from_dict(raw: Any, *, base_dir: Path, config_path: Path | None = None) -> Settings:
+    """Validate a parsed YAML mapping into Settings."""
+    where = str(config_path or "<config>")
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: the top level must be a mapping", path=where)
+    _refuse_secrets(raw, where)
+    _check_keys(
+        raw,
+        {"data_dir", "sources", "provider", "model", "chunking", "cache", "query", "limits", "table_name"},
+        "",
+        where,
+    )
+
+    data_dir = _path(raw.get("data_dir", "data/index"), base_dir, "data_dir", where)
+
+    sources_raw = raw.get("sources")
+    if not isinstance(sources_raw, list) or not sources_raw:
+        raise ConfigError(f"{where}: 'sources' must be a non-empty list of {{name, path}}", key="sources", path=where)
+    sources: list[SourceConfig] = []
+    seen: set[str] = set()
+    for i, item in enumerate(sources_raw):
+        key = f"sources[{i}]"
+        if not isinstance(item, dict):
+            raise ConfigError(f"{where}: {key} must be a mapping with name and path", key=key, path=where)
+        _check_keys(item, {"name", "path", "include", "exclude"}, key + ".", where)
+        name = item.get("name")
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.-]+", name or ""):
+            raise ConfigError(f"{where}: {key}.name must be a word (letters, digits, _ . -)", key=key + ".name", path=where)
+        if name in seen:
+            raise ConfigError(f"{where}: source name {name!r} is used twice", key=key + ".name", path=where)
+        seen.add(name)
+        if "path" not in item:
+            raise ConfigError(f"{where}: {key}.path is required", key=key + ".path", path=where)
+        sources.append(
+            SourceConfig(
+                name=name,
+                path=_path(item["path"], base_dir, key + ".path", where),
+                include=_globs(item.get("include", list(DEFAULT_INCLUDE)), key + ".include", where),
+                exclude=_globs(item.get("exclude", list(DEFAULT_EXCLUDE)), key + ".exclude", where),
+            )
+        )
+
+    provider = raw.get("provider", "auto")
+    if provider not in KNOWN_PROVIDERS:
+        raise ConfigError(
+            f"{where}: provider must be one of {', '.join(KNOWN_PROVIDERS)}, got {provider!r}", key="provider", path=where
+        )
+    if provider not in IMPLEMENTED_PROVIDERS:
+        raise ConfigError(
+            f"{where}: provider {provider!r} is not available in this version (available: local, auto, none)",
+            key="provider",
+            path=where,
+        )
+    model = raw.get("model")
+    if model is not None and not isinstance(model, str):
+        raise ConfigError(f"{where}: model must be a string", key="model", path=where)
+
+    chunking = _section(raw, "chunking", ChunkingConfig, where)
+    if chunking.tokens < 32 or chunking.tokens > 8192:
+        raise ConfigError(f"{where}: chunking.tokens must be between 32 and 8192", key="chunking.tokens", path=where)
+    if chunking.overlap < 0 or chunking.overlap >= chunking.tokens:
+        raise ConfigError(
+            f"{where}: chunking.overlap must be >= 0 and smaller than chunking.tokens", key="chunking.overlap", path=where
+        )
+    cache = _section(raw, "cache", CacheConfig, where)
+    if cache.max_entries < 1:
+        raise ConfigError(f"{where}: cache.max_entries must be >= 1", key="cache.max_entries", path=where)
+    query = _section(raw, "query", QueryConfig, where)
+    if query.max_results < 1:
+        raise ConfigError(f"{where}: query.max_results must be >= 1", key="query.max_results", path=where)
+    if not 0.0 <= query.min_score <= 1.0:
+        raise ConfigError(f"{where}: query.min_score must be between 0 and 1", key="query.min_score", path=where)
+    limits = _section(raw, "limits", LimitsConfig, where)
+    if limits.max_file_bytes < 1:
+        raise ConfigError(f"{where}: limits.max_file_bytes must be >= 1", key="limits.max_file_bytes", path=where)
+    table_name = raw.get("table_name", "memory_vectors")
+    if not isinstance(table_name, str) or not re.fullmatch(r"[A-Za-z0-9_]+", table_name):
+        raise ConfigError(f"{where}: table_name must be letters, digits and _", key="table_name", path=where)
+
+    return Settings(
+        data_dir=data_dir,
+        sources=tuple(sources),
+        provider=provider,
+        model=model,
+        chunking=chunking,
+        cache=cache,
+        query=query,
+        limits=limits,
+        table_name=table_name,
+        config_path=config_path,
+    )
+
+
+def _refuse_secrets(node: Any, where: str, prefix: str = "") -> None:
+    # Keys belong in environment variables only; a key in the file would end up on disk and in backups.
+    if isinstance(node, dict):
+        for key, value in node.items():
+            dotted = f"{prefix}{key}"
+            if isinstance(key, str) and _SECRET_KEY_RE.search(key) and value not in (None, ""):
+                raise ConfigError(
+                    f"{where}: '{dotted}' looks like a secret; secrets are read only from environment variables",
+                    key=dotted,
+                    path=where,
+                    hint="remove it from the file and export it as an environment variable",
+                )
+            _refuse_secrets(value, where, dotted + ".")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            _refuse_secrets(value, where, f"{prefix[:-1]}[{i}].")
+
+
+def _check_keys(mapping: dict, allowed: set[str], prefix: str, where: str) -> None:
+    for key in mapping:
+        if key not in allowed:
+            raise ConfigError(
+                f"{where}: unknown setting '{prefix}{key}' (allowed: {', '.join(sorted(allowed))})",
+                key=f"{prefix}{key}",
+                path=where,
+            )
+
+
+def _section(raw: dict, name: str, cls: type, where: str):
+    value = raw.get(name, {}) or {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: '{name}' must be a mapping", key=name, path=where)
+    defaults = cls()
+    allowed = set(defaults.__dataclass_fields__)
+    _check_keys(value, allowed, name + ".", where)
+    kwargs = {}
+    for key, val in value.items():
+        expected = type(getattr(defaults, key))
+        if expected is float and isinstance(val, int) and not isinstance(val, bool):
+            val = float(val)
+        if not isinstance(val, expected) or (expected is int and isinstance(val, bool)):
+            raise ConfigError(
+                f"{where}: {name}.{key} must be {expected.__name__}, got {val!r}", key=f"{name}.{key}", path=where
+            )
+        kwargs[key] = val
+    return cls(**kwargs)
+
+
+def _path(value: Any, base_dir: Path, key: str, where: str) -> Path:
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"{where}: {key} must be a path string", key=key, path=where)
+    path = Path(os.path.expandvars(value)).expanduser()
+    return (path if path.is_absolute() else base_dir / path).resolve()
+
+
+def _globs(value: Any, key: str, where: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ConfigError(f"{where}: {key} must be a list of glob strings", key=key, path=where)
+    return tuple(value)

@@ -1,0 +1,1 @@
+"""Storage: the LanceDB vector table and the embedding cache."""

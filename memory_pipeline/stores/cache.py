@@ -1,0 +1,88 @@
+"""The embedding cache: SQLite, keyed by (provider, model, provider_key, dims, content hash).
+
+Unchanged text is never embedded twice, across runs, renames and rebuilds.
+Entries are pruned to ``cache.max_entries`` by least recent use. SQLite in WAL
+mode lets parallel partition runs share it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from memory_pipeline.errors import StoreError
+
+_BATCH = 500
+
+
+def cache_key(provider: str, model: str, provider_key: str, dims: int, content_hash: str) -> str:
+    return hashlib.sha256(f"{provider}\0{model}\0{provider_key}\0{dims}\0{content_hash}".encode()).hexdigest()
+
+
+class EmbeddingCache:
+    def __init__(self, path: Path, max_entries: int) -> None:
+        self.path = path
+        self.max_entries = max_entries
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._conn = sqlite3.connect(str(path), timeout=60, isolation_level=None)
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=NORMAL")
+            self._conn.execute(
+                "CREATE TABLE IF NOT EXISTS embeddings ("
+                " key TEXT PRIMARY KEY, dims INTEGER NOT NULL, vector BLOB NOT NULL, last_used INTEGER NOT NULL)"
+            )
+            self._conn.execute("CREATE INDEX IF NOT EXISTS embeddings_last_used ON embeddings(last_used)")
+        except sqlite3.Error as err:
+            raise StoreError(f"cannot open embedding cache {path}: {err}") from err
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def __len__(self) -> int:
+        return int(self._conn.execute("SELECT COUNT(*) FROM embeddings").fetchone()[0])
+
+    def get_many(self, keys: Sequence[str], dims: int) -> dict[str, np.ndarray]:
+        """Cached vectors for the keys that are present; touches them for LRU."""
+        found: dict[str, np.ndarray] = {}
+        now = time.time_ns()
+        for i in range(0, len(keys), _BATCH):
+            batch = list(keys[i : i + _BATCH])
+            marks = ",".join("?" * len(batch))
+            rows = self._conn.execute(
+                f"SELECT key, vector FROM embeddings WHERE dims = ? AND key IN ({marks})", [dims, *batch]
+            ).fetchall()
+            for key, blob in rows:
+                found[key] = np.frombuffer(blob, dtype=np.float32)
+            if rows:
+                self._conn.execute(
+                    f"UPDATE embeddings SET last_used = ? WHERE key IN ({','.join('?' * len(rows))})",
+                    [now, *[r[0] for r in rows]],
+                )
+        return found
+
+    def put_many(self, items: Iterable[tuple[str, np.ndarray]]) -> int:
+        now = time.time_ns()
+        rows = [(k, int(v.shape[-1]), np.asarray(v, dtype=np.float32).tobytes(), now) for k, v in items]
+        if not rows:
+            return 0
+        self._conn.execute("BEGIN")
+        self._conn.executemany("INSERT OR REPLACE INTO embeddings(key, dims, vector, last_used) VALUES (?,?,?,?)", rows)
+        self._conn.execute("COMMIT")
+        return len(rows)
+
+    def prune(self) -> int:
+        """Drop least recently used entries beyond max_entries; returns how many were dropped."""
+        total = len(self)
+        excess = total - self.max_entries
+        if excess <= 0:
+            return 0
+        self._conn.execute(
+            "DELETE FROM embeddings WHERE key IN (SELECT key FROM embeddings ORDER BY last_used ASC LIMIT ?)", [excess]
+        )
+        return excess

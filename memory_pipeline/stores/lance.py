@@ -1,0 +1,214 @@
+"""The LanceDB table agents search: schema, per-file replace in one commit, FTS.
+
+Each changed file's rows are replaced atomically: one ``merge_insert`` keyed by
+``chunk_id`` inserts the new chunks and deletes the rows of those files that are
+no longer produced, in a single Lance commit. Concurrent writers (parallel
+partition runs) retry on commit conflicts.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from memory_pipeline.errors import IndexMismatchError, StoreError
+
+FTS_COLUMN = "search_text"
+META_KEY = b"memory_pipeline"
+_DOCS_PER_COMMIT = 500
+_COMMIT_RETRIES = 8
+
+
+def table_schema(dims: int, meta: dict) -> pa.Schema:
+    fields = [
+        pa.field("chunk_id", pa.string(), nullable=False),
+        pa.field("doc_id", pa.string()),
+        pa.field("source", pa.string()),
+        pa.field("path", pa.string()),
+        pa.field("shard", pa.string()),
+        pa.field("chunk_index", pa.int32()),
+        pa.field("heading", pa.string()),
+        pa.field("text", pa.string()),
+        pa.field(FTS_COLUMN, pa.string()),
+        pa.field("content_hash", pa.string()),
+        pa.field("line_start", pa.int32()),
+        pa.field("line_end", pa.int32()),
+        pa.field("locator", pa.string()),
+        pa.field("tokens", pa.int32()),
+        pa.field("modality", pa.string()),
+        pa.field("mime_type", pa.string()),
+        pa.field("memory_type", pa.string()),
+        pa.field("media_type", pa.string()),
+        pa.field("original_file_path", pa.string()),
+        pa.field("file_sha256", pa.string()),
+        pa.field("created_at", pa.timestamp("us", tz="UTC")),
+        pa.field("indexed_at", pa.timestamp("us", tz="UTC")),
+        pa.field("embedding_model", pa.string()),
+    ]
+    if dims > 0:
+        fields.append(pa.field("vector", pa.list_(pa.float32(), dims)))
+    return pa.schema(fields, metadata={META_KEY: json.dumps(meta, sort_keys=True).encode()})
+
+
+def _sql_list(values: Sequence[str]) -> str:
+    return ", ".join("'" + v.replace("'", "''") + "'" for v in values)
+
+
+def _is_conflict(err: Exception) -> bool:
+    text = str(err).lower()
+    return "conflict" in text or "retryable" in text or "concurrent" in text
+
+
+@dataclass
+class WriteCounts:
+    inserted: int = 0
+    updated: int = 0
+    deleted: int = 0
+    commits: int = 0
+
+
+class VectorStore:
+    """One LanceDB table; ``meta`` (provider, model, dims) is stored in the schema and checked on open."""
+
+    def __init__(self, uri: str, table_name: str) -> None:
+        self.uri = uri
+        self.table_name = table_name
+        self._db = None
+        self._table = None
+
+    @property
+    def db(self):
+        if self._db is None:
+            import lancedb
+
+            self._db = lancedb.connect(self.uri)
+        return self._db
+
+    def exists(self) -> bool:
+        try:
+            return self.table_name in self.db.list_tables().tables
+        except AttributeError:  # older list API
+            return self.table_name in self.db.table_names()
+
+    def open(self):
+        if self._table is None:
+            if not self.exists():
+                return None
+            self._table = self.db.open_table(self.table_name)
+        return self._table
+
+    def meta(self) -> dict:
+        table = self.open()
+        if table is None:
+            return {}
+        raw = (table.schema.metadata or {}).get(META_KEY)
+        return json.loads(raw) if raw else {}
+
+    def dims(self) -> int:
+        table = self.open()
+        if table is None or "vector" not in table.schema.names:
+            return 0
+        return table.schema.field("vector").type.list_size
+
+    def ensure(self, dims: int, meta: dict, *, recreate: bool = False):
+        """Open the table, creating it; refuse a table built with another model or dimension."""
+        if recreate and self.exists():
+            self.db.drop_table(self.table_name)
+            self._table = None
+        table = self.open()
+        if table is not None:
+            have = self.meta()
+            want = {k: meta[k] for k in ("provider", "model", "dims")}
+            if {k: have.get(k) for k in want} != want:
+                raise IndexMismatchError(
+                    f"table {self.table_name} holds {have.get('provider')}/{have.get('model')} vectors "
+                    f"({have.get('dims')} dims), config asks for {meta['provider']}/{meta['model']} ({meta['dims']} dims)",
+                    hint="run `memory index --force` to rebuild the table with the new model",
+                )
+            return table
+        schema = table_schema(dims, meta)
+        try:
+            self._table = self.db.create_table(self.table_name, schema=schema, exist_ok=True)
+        except Exception as err:
+            raise StoreError(f"cannot create table {self.table_name} at {self.uri}: {err}") from err
+        return self._table
+
+    def replace_docs(self, rows: pa.Table, doc_ids: Sequence[str]) -> WriteCounts:
+        """Make the table hold exactly ``rows`` for ``doc_ids``: one commit per batch of files."""
+        table = self.open()
+        counts = WriteCounts()
+        if table is None or not doc_ids:
+            return counts
+        doc_ids = sorted(set(doc_ids))
+        row_docs = rows.column("doc_id").to_pylist() if rows.num_rows else []
+        for i in range(0, len(doc_ids), _DOCS_PER_COMMIT):
+            batch = doc_ids[i : i + _DOCS_PER_COMMIT]
+            wanted = set(batch)
+            mask = pa.array([d in wanted for d in row_docs], type=pa.bool_())
+            part = rows.filter(mask) if rows.num_rows else rows
+            condition = f"doc_id IN ({_sql_list(batch)})"
+            self._commit_with_retry(table, part, condition, counts)
+        return counts
+
+    def _commit_with_retry(self, table, part: pa.Table, condition: str, counts: WriteCounts) -> None:
+        for attempt in range(_COMMIT_RETRIES):
+            try:
+                if part.num_rows == 0:
+                    before = table.count_rows(condition)
+                    if before:
+                        table.delete(condition)
+                    counts.deleted += before
+                else:
+                    result = (
+                        table.merge_insert("chunk_id")
+                        .when_matched_update_all()
+                        .when_not_matched_insert_all()
+                        .when_not_matched_by_source_delete(condition)
+                        .execute(part.cast(table.schema))
+                    )
+                    counts.inserted += result.num_inserted_rows
+                    counts.updated += result.num_updated_rows
+                    counts.deleted += result.num_deleted_rows
+                counts.commits += 1
+                return
+            except Exception as err:
+                if not _is_conflict(err) or attempt == _COMMIT_RETRIES - 1:
+                    raise StoreError(f"write to {self.table_name} failed: {err}") from err
+                time.sleep(min(0.05 * 2**attempt, 2.0) * (0.5 + random.random()))
+                table.checkout_latest()
+
+    def ensure_fts(self) -> dict:
+        """Create the FTS index when missing; fold new rows into it once many are unindexed.
+
+        LanceDB's FTS also scans rows not yet indexed, so new rows are found by text at once.
+        """
+        from lancedb.index import FTS
+
+        table = self.open()
+        if table is None:
+            return {}
+        indices = {idx.name: idx for idx in table.list_indices()}
+        name = f"{FTS_COLUMN}_idx"
+        if name not in indices:
+            if table.count_rows() == 0:
+                return {"fts": "empty"}
+            table.create_index(
+                FTS_COLUMN,
+                config=FTS(base_tokenizer="icu", stem=True, remove_stop_words=False, ascii_folding=True),
+                replace=True,
+            )
+            return {"fts": "created"}
+        stats = table.index_stats(name)
+        if stats is not None and stats.num_unindexed_rows > max(2000, stats.num_indexed_rows // 10):
+            table.optimize()
+            return {"fts": "optimized"}
+        return {"fts": "current", "unindexed_rows": getattr(stats, "num_unindexed_rows", 0)}
+
+    def count_rows(self) -> int:
+        table = self.open()
+        return table.count_rows() if table is not None else 0
