@@ -3,10 +3,15 @@
 Scores are in [0, 1] in every mode:
 
 * vector similarity ``sv`` = cosine similarity of the query and the chunk, clipped at 0;
-* text score ``st`` = ``bm25 / (bm25 + 3)`` (saturating: one weak term match stays low);
-* hybrid = ``max(wv*sv + wt*st, st if st >= 0.5)`` with ``wv, wt`` normalized to sum to 1.
-  The second term keeps a strong keyword hit (an id, a name, a CJK phrase the
-  English model does not understand) from being drowned by a weak vector leg.
+* text score ``st`` = ``coverage * (0.6 + 0.4 * bm25 / (bm25 + 3))`` where coverage is the
+  share of the query's terms (stop words aside) present in the chunk: a chunk holding
+  every term scores at least 0.6, one matching a single word of four stays low;
+* hybrid = ``1 - (1 - sv)**(wv/w) * (1 - st)**(wt/w)`` with ``w = max(wv, wt)``: a weighted
+  "noisy OR". Either leg alone can make a result relevant (a paraphrase that shares
+  no word; an id, a name or a CJK phrase the English model does not understand), so
+  a strong keyword hit is never drowned by a weak vector leg; agreement raises the
+  score; the lighter-weighted leg counts for less. With equal weights it is the plain
+  noisy OR; it never exceeds 1 and is 0 only when both legs are.
 
 Every candidate from either leg gets both scores (the vector of an FTS hit is
 compared with the query exactly), so fusion never guesses a missing leg.
@@ -16,6 +21,7 @@ compared with the query exactly), so fusion never guesses a missing leg.
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -29,7 +35,6 @@ from memory_pipeline.stores.lance import FTS_COLUMN, VectorStore
 
 MODES = ("hybrid", "vector", "fts")
 BM25_HALF = 3.0
-STRONG_TEXT = 0.5
 _COLUMNS = [
     "chunk_id", "source", "path", "locator", "line_start", "line_end", "heading", "text",
     "modality", "mime_type", "memory_type", "original_file_path",
@@ -55,6 +60,34 @@ class SearchResult:
 
     def to_json(self) -> dict:
         return asdict(self)
+
+
+_STOP = frozenset(
+    "a an and are as at be by did do does for from had has have how i in is it its me my of on or "
+    "our the their there this to was we were what when where which who why will with you your".split()
+)
+_TERM_RE = re.compile(r"[^\W_]+", re.UNICODE)
+
+
+def _fold(text: str) -> str:
+    return "".join(c for c in unicodedata.normalize("NFKD", text.lower()) if not unicodedata.combining(c))
+
+
+def query_terms(query: str) -> list[str]:
+    """Content terms of a query, folded; a light stem so plural/verb forms still match."""
+    terms = []
+    for term in _TERM_RE.findall(_fold(query)):
+        if term in _STOP:
+            continue
+        terms.append(term[: max(4, len(term) - 2)] if term.isascii() and len(term) > 5 else term)
+    return terms
+
+
+def term_coverage(terms: list[str], text: str) -> float:
+    if not terms:
+        return 0.0
+    folded = _fold(text)
+    return sum(1 for t in terms if t in folded) / len(terms)
 
 
 def _snippet(text: str, query: str, max_chars: int = 320) -> str:
@@ -106,6 +139,7 @@ def search(
     pool = max(max_results * 5, 30)
 
     qvec = provider.embed_query(query) if provider is not None else None
+    terms = query_terms(query)
     candidates: dict[str, dict] = {}
     if mode in ("hybrid", "vector") and qvec is not None:
         q = table.search(qvec, vector_column_name="vector").distance_type("cosine").limit(pool)
@@ -128,7 +162,8 @@ def search(
             fts_rows = []
         for row in fts_rows:
             bm25 = float(row.get("_score", 0.0))
-            st = bm25 / (bm25 + BM25_HALF) if bm25 > 0 else 0.0
+            coverage = term_coverage(terms, row["text"] + "\n" + (row["heading"] or "") + "\n" + row["path"])
+            st = coverage * (0.6 + 0.4 * bm25 / (bm25 + BM25_HALF)) if bm25 > 0 else 0.0
             existing = candidates.get(row["chunk_id"])
             if existing is not None:
                 existing["st"] = st
@@ -139,8 +174,8 @@ def search(
             candidates[row["chunk_id"]] = row
 
     wv, wt = settings.query.vector_weight, settings.query.text_weight
-    total = (wv + wt) or 1.0
-    wv, wt = wv / total, wt / total
+    top = max(wv, wt) or 1.0
+    ev, et = wv / top, wt / top
     results: list[SearchResult] = []
     for row in candidates.values():
         if path_glob and not glob_match(row["path"], path_glob):
@@ -151,7 +186,7 @@ def search(
         elif mode == "fts":
             score = st
         else:
-            score = max(wv * sv + wt * st, st if st >= STRONG_TEXT else 0.0)
+            score = 1.0 - (1.0 - sv) ** ev * (1.0 - min(st, 0.999999)) ** et
         if score < min_score:
             continue
         results.append(
