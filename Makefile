@@ -1,0 +1,48 @@
+# The two commands: `make run` and `make test`. Both bootstrap .venv from pinned packages.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+CONFIG ?= memory_pipeline.yaml
+export HF_HUB_OFFLINE := 1
+export DAGSTER_DISABLE_TELEMETRY := 1
+export TOKENIZERS_PARALLELISM := false
+# A local wheel folder (this machine's CPU torch) is used when present; nothing else is fetched at run time.
+FIND_LINKS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
+
+.PHONY: run test bench bench-quick ui venv clean
+
+venv: $(STAMP)
+
+$(STAMP): requirements.lock pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check $(FIND_LINKS) -r requirements.lock
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	@touch $(STAMP)
+
+run: venv
+	$(BIN)/memory index --config $(CONFIG)
+	@echo
+	@echo '$$ memory search "which vector database did we choose for the support bot"'
+	@$(BIN)/memory search --config $(CONFIG) "which vector database did we choose for the support bot"
+
+test: venv
+	@set -o pipefail; $(BIN)/python -m pytest memory_pipeline_tests; rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing on purpose" >&2; exit 1; fi; exit $$rc
+
+bench: venv
+	$(BIN)/python benchmarks/bench_index.py --out benchmarks/results.json
+
+bench-quick: venv
+	$(BIN)/python benchmarks/bench_index.py --quick --out benchmarks/results-quick.json
+
+# dagster dev needs job control (set -m) to stop on SIGTERM when started from a script.
+ui: venv
+	@mkdir -p data/index/dagster
+	@test -f data/index/dagster/dagster.yaml || printf 'telemetry:\n  enabled: false\n' > data/index/dagster/dagster.yaml
+	set -m; DAGSTER_HOME=$(CURDIR)/data/index/dagster MEMORY_PIPELINE_CONFIG=$(CURDIR)/$(CONFIG) \
+		$(BIN)/dagster dev -h 127.0.0.1 -p $${PORT:-3000} -w workspace.yaml
+
+clean:
+	rm -rf data/index benchmarks/work .pytest_cache

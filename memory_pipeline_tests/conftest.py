@@ -1,0 +1,49 @@
+"""Shared fixtures: configs on temp dirs, a copy of the shipped sample, a clean environment."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLE = REPO / "data" / "sample"
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(autouse=True)
+def _no_ambient_config(monkeypatch):
+    monkeypatch.delenv("MEMORY_PIPELINE_CONFIG", raising=False)
+    monkeypatch.delenv("MEMORY_PIPELINE_FAULT", raising=False)
+
+
+def write_config(path: Path, **overrides) -> Path:
+    """Write a memory_pipeline.yaml; ``sources`` defaults to one source 'mem' at ./mem."""
+    cfg = {
+        "data_dir": "index",
+        "sources": [{"name": "mem", "path": "mem"}],
+        "provider": "local",
+        "chunking": {"tokens": 400, "overlap": 80},
+    }
+    cfg.update(overrides)
+    path.write_text(yaml.safe_dump(cfg, allow_unicode=True))
+    return path
+
+
+@pytest.fixture
+def sample_dir(tmp_path: Path) -> Path:
+    """A private copy of the shipped sample memory folder."""
+    dest = tmp_path / "mem"
+    shutil.copytree(SAMPLE, dest)
+    return dest
+
+
+@pytest.fixture
+def sample_config(tmp_path: Path, sample_dir: Path) -> Path:
+    return write_config(tmp_path / "memory_pipeline.yaml")

@@ -1,0 +1,135 @@
+"""The asset graph materialized in-process with real resources on temp dirs."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from memory_pipeline.definitions import defs
+from memory_pipeline.defs.assets import index_assets
+from memory_pipeline.defs.partitions import FULL_RANGE_TAGS, shard_partitions
+from memory_pipeline.defs.resources import MemoryConfigResource
+from memory_pipeline.defs.schedules import nightly_reconciliation_schedule
+from memory_pipeline.defs.sensors import memory_files_sensor
+from memory_pipeline.discovery import shard_of
+from memory_pipeline.search import search
+from memory_pipeline.settings import load_settings
+from memory_pipeline_tests.helpers import table_rows
+
+LOGGERS = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
+
+
+def _materialize(config: Path, instance, **kwargs):
+    return dg.materialize(
+        index_assets,
+        instance=instance,
+        resources={"memory_config": MemoryConfigResource(config_path=str(config))},
+        run_config=LOGGERS,
+        **kwargs,
+    )
+
+
+def _meta(result, asset: str) -> dict:
+    for event in result.get_asset_materialization_events():
+        mat = event.event_specific_data.materialization
+        if mat.asset_key.to_user_string() == asset:
+            return {k: getattr(v, "value", v) for k, v in mat.metadata.items()}
+    raise AssertionError(f"{asset} not materialized")
+
+
+def test_definitions_load_and_name_everything():
+    repo = defs.get_repository_def()
+    keys = {k.to_user_string() for k in repo.asset_graph.get_all_asset_keys()}
+    assert keys == {"source_files", "extracted_content", "memory_chunks", "chunk_embeddings", "memory_vectors"}
+    assert repo.has_job("index_job")
+    assert {s.name for s in repo.sensor_defs} == {"memory_files_sensor"}
+    assert {s.name for s in repo.schedule_defs} == {"nightly_reconciliation_schedule"}
+    assert len(shard_partitions.get_partition_keys()) == 16
+
+
+def test_whole_graph_on_sample_then_paraphrase_search(sample_config: Path):
+    with dg.instance_for_test() as instance:
+        result = _materialize(sample_config, instance, tags=dict(FULL_RANGE_TAGS))
+        assert result.success
+        src = _meta(result, "source_files")
+        emb = _meta(result, "chunk_embeddings")
+        vec = _meta(result, "memory_vectors")
+    assert src["files_seen"] == 17 and src["files_changed"] == 17 and src["files_failed"] == 0
+    assert emb["embedded"] > 40 and emb["dims"] == 384 and emb["model"] == "all-MiniLM-L6-v2"
+    assert vec["rows_written"] == vec["table_rows"] == emb["chunks"]
+    settings = load_settings(sample_config)
+    # Paraphrases that share (almost) no words with their notes.
+    cases = {
+        "bread dough water ratio and baking heat": "2026-10-11.md",
+        "getting paid back for conference travel costs": "2026-10-27.md",
+        "which embedding search engine did we pick for the help bot": "2026-10-08.md",
+        "service kept running out of RAM, threads never exited": "2026-10-22.md",
+    }
+    for query, expected in cases.items():
+        results = search(query, settings=settings)
+        assert results, query
+        assert Path(results[0].path).name == expected, (query, [(r.path, r.score) for r in results])
+    # The Chinese note by a Chinese query, through full-text search alone.
+    fts = search("数据库备份", settings=settings, mode="fts")
+    assert fts and Path(fts[0].path).name == "2026-11-12-zh.md"
+
+
+def test_single_partition_run_touches_only_its_files(tmp_path: Path, sample_config: Path, sample_dir: Path):
+    settings = load_settings(sample_config)
+    files = sorted(p.relative_to(sample_dir).as_posix() for p in sample_dir.rglob("*") if p.is_file())
+    shard = shard_of("mem", files[0])
+    expected = {f for f in files if shard_of("mem", f) == shard}
+    with dg.instance_for_test() as instance:
+        result = _materialize(sample_config, instance, partition_key=shard)
+        assert result.success
+    indexed = {r["path"] for r in table_rows(settings.data_dir)}
+    assert indexed == expected
+
+
+def test_sensor_requests_only_changed_shards(sample_config: Path, sample_dir: Path):
+    with dg.instance_for_test() as instance:
+        assert _materialize(sample_config, instance, tags=dict(FULL_RANGE_TAGS)).success
+        resources = {"memory_config": MemoryConfigResource(config_path=str(sample_config))}
+        ctx = dg.build_sensor_context(instance=instance, resources=resources)
+        first = list(memory_files_sensor(ctx))
+        assert all(isinstance(r, dg.SkipReason) for r in first), first  # nothing changed since the run
+        note = sample_dir / "memory" / "2026-10-11.md"
+        note.write_text(note.read_text() + "\n## Update\nTried a rye flour blend today.\n")
+        ctx = dg.build_sensor_context(instance=instance, resources=resources, cursor=ctx.cursor)
+        requests = [r for r in memory_files_sensor(ctx) if isinstance(r, dg.RunRequest)]
+        assert [r.partition_key for r in requests] == [shard_of("mem", "memory/2026-10-11.md")]
+        # The requested run indexes the change.
+        result = _materialize(sample_config, instance, partition_key=requests[0].partition_key)
+        assert _meta(result, "source_files")["files_changed"] == 1
+        assert _meta(result, "chunk_embeddings")["embedded"] >= 1
+
+
+def test_nightly_schedule_runs_every_shard_in_one_run(sample_config: Path):
+    ctx = dg.build_schedule_context()
+    request = nightly_reconciliation_schedule(ctx)
+    assert request.tags == FULL_RANGE_TAGS
+    with dg.instance_for_test() as instance:
+        result = _materialize(sample_config, instance, tags=request.tags)
+        assert result.success
+        assert _meta(result, "source_files")["partitions"] == 16
+
+
+def test_metadata_never_carries_secrets(sample_config: Path, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-SECRET-value-1234567890abcdef")
+    with dg.instance_for_test() as instance:
+        result = _materialize(sample_config, instance, tags=dict(FULL_RANGE_TAGS))
+        text = json.dumps(
+            [
+                {k: str(v) for k, v in e.event_specific_data.materialization.metadata.items()}
+                for e in result.get_asset_materialization_events()
+            ]
+        )
+    assert "SECRET-value" not in text
+    # The transcript's pasted key was redacted before it reached the table.
+    rows = table_rows(load_settings(sample_config).data_dir)
+    assert not any("sk-proj-AbCdEf" in r["text"] for r in rows)
+    assert any("[REDACTED:openai-key]" in r["text"] for r in rows)
