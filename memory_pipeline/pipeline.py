@@ -47,7 +47,8 @@ from memory_pipeline.settings import Settings
 from memory_pipeline.stores.cache import EmbeddingCache, cache_key
 from memory_pipeline.stores.lance import FTS_COLUMN, VectorStore, table_schema
 
-EMBED_SLICE = 512
+EMBED_SLICE = 512  # vectors are checkpointed to the cache after every slice
+EMBED_SLICE_ENV = "MEMORY_PIPELINE_EMBED_SLICE"
 FAULT_ENV = "MEMORY_PIPELINE_FAULT"
 
 
@@ -411,8 +412,9 @@ def embed_chunks(
         counts.cached = len(vectors)
         misses = sorted((h for h in texts if h not in vectors), key=lambda h: len(texts[h]))
         started = time.perf_counter()
-        for i in range(0, len(misses), EMBED_SLICE):
-            batch = misses[i : i + EMBED_SLICE]
+        slice_size = max(int(os.environ.get(EMBED_SLICE_ENV, EMBED_SLICE)), 1)
+        for i in range(0, len(misses), slice_size):
+            batch = misses[i : i + slice_size]
             out = provider.embed_documents([texts[h] for h in batch])
             if out.shape != (len(batch), ident.dims):
                 from memory_pipeline.errors import ProviderError

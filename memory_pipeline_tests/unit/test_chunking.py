@@ -1,0 +1,265 @@
+"""Unit tests for memory_pipeline.chunking: budgets, line alignment, headings, splitting, overlap, stability."""
+
+from __future__ import annotations
+
+import base64
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from memory_pipeline.chunking import chunk_segments, count_tokens, locator_for
+from memory_pipeline.models import Segment
+
+WORDS = "alpha beta gamma delta memory vector search note agent decided lance dagster chunk token the a of and".split()
+
+
+def chunk_md(text: str, budget: int = 128, overlap: int = 0, **kw):
+    """Chunk a markdown document given as one segment, as the pipeline does."""
+    n = text.count("\n") + (0 if text.endswith("\n") else 1)
+    return chunk_segments("markdown", [Segment(text, 1, n)], budget=budget, overlap=overlap, **kw)
+
+
+def sentence(rng: random.Random, lo: int = 3, hi: int = 25) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(lo, hi)))
+
+
+def generated_doc(seed: int = 1, sections: int = 6) -> list[str]:
+    """Lines of a nested-heading markdown note with short paragraphs and blank lines."""
+    rng = random.Random(seed)
+    lines: list[str] = []
+    for s in range(sections):
+        lines.append(f"# Section {s}")
+        for sub in range(3):
+            lines += ["", f"## Sub {s}.{sub}"]
+            for _ in range(rng.randint(3, 12)):
+                lines.append(sentence(rng))
+                if rng.random() < 0.3:
+                    lines.append("")
+    return lines
+
+
+def squash(text: str) -> str:
+    return "".join(text.split())
+
+
+BUDGETS = [(64, 0), (64, 16), (128, 32), (400, 80), (1000, 100)]
+
+
+@pytest.mark.parametrize(("budget", "overlap"), BUDGETS)
+def test_chunks_within_budget_and_ordered(budget, overlap):
+    """Every chunk's embed_text (breadcrumb included) fits the budget; indexes and ranges are sane."""
+    lines = generated_doc()
+    chunks = chunk_md("\n".join(lines) + "\n", budget, overlap)
+    assert chunks and [c.index for c in chunks] == list(range(len(chunks)))
+    for c in chunks:
+        assert count_tokens(c.embed_text) <= budget
+        assert 1 <= c.line_start <= c.line_end <= len(lines)
+        assert c.text.strip() and c.text == c.text.strip("\n")
+    assert [c.line_start for c in chunks] == sorted(c.line_start for c in chunks)
+
+
+@pytest.mark.parametrize(("budget", "overlap"), [(128, 0), (128, 32), (400, 80)])
+def test_chunks_are_line_aligned(budget, overlap):
+    """With no over-long lines, a chunk's text is exactly its source lines line_start..line_end."""
+    lines = generated_doc(seed=2)
+    assert max(count_tokens(line) for line in lines) < 40
+    for c in chunk_md("\n".join(lines) + "\n", budget, overlap):
+        assert c.text == "\n".join(lines[c.line_start - 1 : c.line_end])
+
+
+def test_no_content_lost_without_overlap():
+    """With overlap 0 the chunks, in order, hold every character of the document."""
+    text = "\n".join(generated_doc(seed=3)) + "\n"
+    assert "".join(squash(c.text) for c in chunk_md(text, 64, 0)) == squash(text)
+
+
+def test_heading_breadcrumb():
+    """Chunks under nested headings carry the breadcrumb of their enclosing headings."""
+    body = "\n".join(f"decision {i}: we chose lancedb because it is embedded" for i in range(30))
+    text = f"# Project\nintro line\n## Decisions\n{body}\n# Other\nunrelated line\n"
+    chunks = chunk_md(text, budget=64)
+    by_line = {c.line_start: c for c in chunks}
+    deep = [c for c in chunks if c.line_start > 3 and c.line_end < 34]
+    assert deep and all(c.heading == "Project > Decisions" for c in deep)
+    assert all(c.embed_text.startswith("Project > Decisions\n") for c in deep)
+    assert by_line[1].heading == ""
+    # A chunk spanning into the next section keeps the breadcrumb of its first line; the heading line is in the text.
+    assert chunks[-1].text.endswith("# Other\nunrelated line")
+
+
+@pytest.mark.parametrize("fence", ["```", "~~~", "```python", "  ```"])
+def test_headings_inside_fences_are_not_headings(fence):
+    """'# comment' lines inside a fenced code block do not change the breadcrumb."""
+    filler = "\n".join(f"note line {i} with a few words of content" for i in range(12))
+    close = fence.strip()[:3]
+    text = f"# Guide\n{fence}\n# just a comment\n## another\n{close}\n{filler}\n"
+    chunks = chunk_md(text, budget=40)
+    assert len(chunks) > 2
+    assert {c.heading for c in chunks[1:]} == {"Guide"}
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: a ``` line closes a ```` fence (closing fence shorter than opening)")
+def test_nested_fence_example_keeps_breadcrumb():
+    """A 4-backtick fence showing a ``` python block stays code to its own closing fence."""
+    filler = "\n".join(f"note line {i} with a few words of content" for i in range(12))
+    text = f"# Guide\n````markdown\n```python\n# not a heading\n```\n````\n{filler}\n"
+    assert {c.heading for c in chunk_md(text, budget=40)[1:]} == {"Guide"}
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: heading regex strips a trailing '#' that is part of the title")
+def test_heading_title_ending_in_hash():
+    """'## Learning C#' keeps its '#': only a space-separated closing sequence is stripped."""
+    filler = "\n".join(f"note line {i} with a few words of content" for i in range(12))
+    chunks = chunk_md(f"# Languages\n## Learning C#\n{filler}\n", budget=40)
+    assert chunks[-1].heading == "Languages > Learning C#"
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: a heading directly followed by a big subsection becomes a heading-only chunk")
+def test_no_heading_only_chunks():
+    """'# 2026-11-02' followed by a long '## Meeting' section is not emitted as a chunk on its own."""
+    body = "\n".join(f"point {i}: we chose lancedb for vectors because it is embedded" for i in range(60))
+    chunks = chunk_md(f"# 2026-11-02\n## Meeting with Ana\n{body}\n", budget=400)
+    assert all(not all(line.startswith("#") for line in c.text.split("\n")) for c in chunks)
+
+
+def _long_lines() -> dict[str, str]:
+    rng = random.Random(7)
+    return {
+        "5000 words": " ".join(rng.choice(WORDS) for _ in range(5000)),
+        "3000 CJK chars": "".join(chr(rng.randint(0x4E00, 0x9FFF)) for _ in range(3000)),
+        "10k base64": base64.b64encode(rng.randbytes(7500)).decode(),
+    }
+
+
+@pytest.mark.parametrize("budget", [64, 400])
+@pytest.mark.parametrize("name", list(_long_lines()))
+def test_long_line_split_within_budget_without_loss(name, budget):
+    """One huge line is split into pieces that fit the budget and concatenate back to the line."""
+    line = _long_lines()[name]
+    chunks = chunk_md(f"# Title\n{line}\n", budget, 0)
+    assert len(chunks) > 1
+    assert all(count_tokens(c.embed_text) <= budget for c in chunks)
+    assert all(c.heading == "Title" for c in chunks[1:])
+    assert all(c.line_start == c.line_end == 2 for c in chunks[1:])
+    rebuilt = "".join(c.text.replace("\n", "") for c in chunks)
+    assert rebuilt == "# Title" + line
+
+
+def test_overlap_shares_trailing_lines():
+    """Consecutive chunks of one long section share whole lines, at most `overlap` tokens of them."""
+    lines = [f"fact {i}: the agent noted item {i} in the log" for i in range(80)]
+    chunks = chunk_md("\n".join(lines) + "\n", budget=96, overlap=32)
+    assert len(chunks) > 3
+    for prev, nxt in zip(chunks, chunks[1:]):
+        shared = lines[nxt.line_start - 1 : prev.line_end]
+        assert shared, "no overlap between consecutive chunks"
+        assert prev.text.endswith("\n".join(shared)) and nxt.text.startswith("\n".join(shared))
+        assert sum(count_tokens(s) + 1 for s in shared) <= 32
+    assert not any(c.line_start < chunks[i].line_start for i, c in enumerate(chunks[1:]))
+
+
+@pytest.mark.parametrize(("budget", "overlap"), [(64, 16), (128, 32), (400, 80)])
+def test_appending_changes_only_last_chunks(budget, overlap):
+    """Appending a paragraph to a long note leaves every chunk before the last one identical."""
+    rng = random.Random(5)
+    lines = ["# Journal"]
+    for i in range(200):
+        if i % 25 == 0:
+            lines += ["", f"## Day {i}"]
+        lines.append(sentence(rng, 3, 30))
+    before = chunk_md("\n".join(lines) + "\n", budget, overlap)
+    extra = "\n\nAppended paragraph about " + " ".join(WORDS * 4) + "\n"
+    after = chunk_md("\n".join(lines) + extra, budget, overlap)
+    assert len(before) > 5
+    assert after[: len(before) - 1] == before[:-1]
+    n_after = len(lines) + 2
+    assert after[-1].line_end == n_after and squash(after[-1].text).endswith("tokentheaofand")
+
+
+def count_chars(texts):
+    return [len(t) for t in texts]
+
+
+@pytest.mark.parametrize("limit", [120, 200, 300, 600])
+def test_model_limit_enforced(limit):
+    """Chunks are re-split until the model's own counter says they fit; nothing is lost."""
+    rng = random.Random(3)
+    lines = ["# Project", "## Decisions"] + [sentence(rng, 3, 60) for _ in range(80)]
+    text = "\n".join(lines) + "\n"
+    for overlap in (0, 16):
+        chunks = chunk_md(text, 128, overlap, model_limit=limit, count_model=count_chars)
+        assert all(len(c.embed_text) <= limit for c in chunks)
+        for n in range(1, len(lines) + 1):
+            assert any(c.line_start <= n <= c.line_end for c in chunks), f"line {n} not covered"
+        if overlap == 0:
+            assert "".join(squash(c.text) for c in chunks) == squash(text)
+    unlimited = chunk_md(text, 128, 0)
+    assert len(chunk_md(text, 128, 0, model_limit=limit, count_model=count_chars)) >= len(unlimited)
+
+
+def test_session_chunks_keep_labels_and_jsonl_lines():
+    """Transcript chunks hold whole labelled messages and the JSONL lines they came from."""
+    segs = [
+        Segment(f"message {i} about the expense receipts and where they are", 2 * i + 1, 2 * i + 1, f"[2026-11-02 10:{i:02d}] {'user' if i % 2 == 0 else 'assistant'}:")
+        for i in range(30)
+    ]
+    chunks = chunk_segments("session", segs, budget=96, overlap=0)
+    assert len(chunks) > 2
+    for c in chunks:
+        inside = [s for s in segs if f"{s.label} {s.text}" in c.text]
+        assert inside and c.text == "\n".join(f"{s.label} {s.text}" for s in inside)
+        assert (c.line_start, c.line_end) == (inside[0].line_start, inside[-1].line_end)
+        assert c.heading == "" and count_tokens(c.embed_text) <= 96
+    assert locator_for("session", chunks[0].line_start, chunks[0].line_end) == f"jsonl:1-{chunks[0].line_end}"
+
+
+def test_session_long_message_split_keeps_label():
+    """A message longer than the budget is split; every piece carries the label and the message's line."""
+    rng = random.Random(9)
+    seg = Segment("\n".join(sentence(rng, 20, 40) for _ in range(30)), 7, 7, "[2026-11-02 10:15] user:")
+    chunks = chunk_segments("session", [seg], budget=64, overlap=0)
+    assert len(chunks) > 3
+    for c in chunks:
+        assert (c.line_start, c.line_end) == (7, 7) and count_tokens(c.embed_text) <= 64
+        assert all(line.startswith("[2026-11-02 10:15] user: ") for line in c.text.split("\n"))
+    rebuilt = "".join(squash(line.removeprefix(seg.label)) for c in chunks for line in c.text.split("\n"))
+    assert rebuilt == squash(seg.text)
+
+
+@pytest.mark.parametrize(
+    ("modality", "start", "end", "expected"),
+    [("markdown", 12, 40, "L12-L40"), ("text", 1, 1, "L1-L1"), ("session", 5, 9, "jsonl:5-9")],
+)
+def test_locator_for(modality, start, end, expected):
+    """Locators read L<a>-L<b> for text and jsonl:<a>-<b> for transcripts."""
+    assert locator_for(modality, start, end) == expected
+
+
+_word = st.text(alphabet=st.sampled_from(list("abcdefghij xyz#`~-*_.,:;!?0123456789éü中文🙂\t")), max_size=12)
+_line = st.one_of(
+    st.builds(lambda lvl, w: "#" * lvl + " " + w, st.integers(1, 6), _word),
+    st.sampled_from(["", "```", "~~~python", "   "]),
+    st.lists(_word, max_size=30).map(" ".join),
+    st.text(max_size=400).map(lambda s: s.replace("\n", " ").replace("\r", " ")),
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_line, min_size=1, max_size=50), st.sampled_from([(32, 0), (48, 8), (64, 16), (128, 32)]))
+def test_property_random_markdown(lines, budget_overlap):
+    """Random markdown-ish documents: chunks fit, ranges are valid, every content line is covered."""
+    budget, overlap = budget_overlap
+    text = "\n".join(lines)
+    chunks = chunk_md(text, budget, overlap)
+    for c in chunks:
+        assert count_tokens(c.embed_text) <= budget
+        assert 1 <= c.line_start <= c.line_end <= len(lines)
+    for n, line in enumerate(lines, start=1):
+        if line.strip():
+            assert any(c.line_start <= n <= c.line_end for c in chunks), f"line {n} missing"
+            if count_tokens(line) + 1 <= budget - 50:
+                assert any(line in c.text for c in chunks if c.line_start <= n <= c.line_end)
+    if overlap == 0:
+        assert "".join(squash(c.text) for c in chunks) == squash(text)
