@@ -642,6 +642,9 @@ class Bench:
             f"  {summary3['files_changed']} files changed, {summary3['chunks_embedded']} chunks embedded "
             f"(<= {APPEND_MAX_EMBEDDED}: {'PASS' if t3['pass'] else 'FAIL'})"
         )
+        if not self.args.keep:
+            shutil.rmtree(corpus["root"], ignore_errors=True)
+            texts_path.unlink(missing_ok=True)
 
     def _chunk_texts(self, data_dir: Path) -> tuple[list[str], int]:
         """embed_text of every chunk, from all memory_chunks Parquet files (shard order, row order)."""

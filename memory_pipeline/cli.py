@@ -115,7 +115,7 @@ def cmd_search(args) -> int:
 
 
 def cmd_scan(args) -> int:
-    from memory_pipeline.discovery import INDEXED_MODALITIES, classify, sniff_file, walk_all
+    from memory_pipeline.discovery import INDEXED_MODALITIES, classify, sniff_file, utf8_problem, walk_all
 
     settings = _settings(args)
     files = []
@@ -125,6 +125,10 @@ def cmd_scan(args) -> int:
             try:
                 row["mime_type"], row["modality"] = sniff_file(f.abs_path, f.path)
                 row["status"], row["reason"] = classify(row["mime_type"], row["modality"], f.path)
+                if row["status"] == "ok" and row["modality"] in INDEXED_MODALITIES:
+                    problem = utf8_problem(f.abs_path)
+                    if problem:
+                        row["status"], row["reason"] = "failed", problem
             except PermissionError:
                 row["status"], row["reason"] = "failed", "permission denied"
             except OSError as err:
@@ -132,7 +136,7 @@ def cmd_scan(args) -> int:
         files.append(row)
     ok = [f for f in files if f["status"] == "ok"]
     n_text = sum(1 for f in ok if f["modality"] in INDEXED_MODALITIES)
-    n_media = sum(1 for f in files if f["modality"] in ("image", "audio", "video", "pdf", "document"))
+    n_media = sum(1 for f in files if f["modality"] in ("image", "audio", "video", "pdf", "document") and f["status"] != "failed")
     problems = [f for f in files if f["status"] != "ok"]
     if args.json:
         _print_json({"files": files, "text_files": n_text, "media_files": n_media, "to_index": len(ok), "skipped": len(problems)})

@@ -259,3 +259,24 @@ def classify(mime: str, modality: str, rel_path: str) -> tuple[str, str]:
     if modality == "binary":
         return "skipped", f"binary content ({mime}); not indexable"
     return "skipped", f"{modality} files ({mime}) are not extracted by this version"
+
+
+def utf8_problem(abs_path: str, chunk_size: int = 1 << 20) -> str:
+    """Why a text file is not valid UTF-8 (streamed, bounded memory), or '' when it is."""
+    import codecs
+
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    offset = 0
+    with open(abs_path, "rb") as fh:
+        while block := fh.read(chunk_size):
+            try:
+                decoder.decode(block)
+            except UnicodeDecodeError as err:
+                pos = offset + err.start
+                return f"not valid UTF-8 (byte 0x{block[err.start:err.start + 1].hex()} at offset {pos}); convert the file to UTF-8"
+            offset += len(block)
+    try:
+        decoder.decode(b"", final=True)
+    except UnicodeDecodeError:
+        return "not valid UTF-8 (truncated multi-byte character at the end)"
+    return ""

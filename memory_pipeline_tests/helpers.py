@@ -18,19 +18,30 @@ def table_rows(data_dir: Path, columns=("chunk_id", "path", "text", "content_has
     if "memory_vectors" not in db.list_tables().tables:
         return []
     table = db.open_table("memory_vectors").to_arrow().select(list(columns))
-    return sorted(table.to_pylist(), key=lambda r: r["chunk_id"])
+    return sorted(table.to_pylist(), key=lambda r: tuple(str(r[c]) for c in columns if c != "vector"))
 
 
-def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None, user: int | None = None, timeout: int = 600):
-    """Run `memory ...` in a fresh process; returns CompletedProcess."""
+def _drop_file_read_override() -> None:  # pragma: no cover - runs in the child
+    """Drop root's CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH so file permissions apply to it."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    pr_capbset_drop = 24
+    for cap in (1, 2):
+        if libc.prctl(pr_capbset_drop, cap, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP) failed")
+
+
+def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None, honor_permissions: bool = False, timeout: int = 600):
+    """Run `memory ...` in a fresh process; returns CompletedProcess.
+
+    ``honor_permissions``: when running as root, make the child subject to file
+    permissions (so a chmod 000 file is really unreadable to it).
+    """
     full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "DAGSTER_DISABLE_TELEMETRY": "1", **(env or {})}
     kwargs = {}
-    if user is not None:
-        def demote():  # pragma: no cover - runs in the child
-            os.setgid(user)
-            os.setuid(user)
-
-        kwargs["preexec_fn"] = demote
+    if honor_permissions and os.geteuid() == 0:
+        kwargs["preexec_fn"] = _drop_file_read_override
     return subprocess.run(
         [sys.executable, "-m", "memory_pipeline.cli", *args],
         capture_output=True,

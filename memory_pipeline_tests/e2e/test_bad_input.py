@@ -1,0 +1,104 @@
+"""Bad input never fails the run: each bad file is reported with its reason, the rest is indexed."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from memory_pipeline_tests.conftest import SAMPLE, write_config
+from memory_pipeline_tests.helpers import run_cli, run_json, table_rows
+
+pytestmark = pytest.mark.slow
+PNG = b"\x89PNG\r\n\x1a\n" + b"\x00\x00\x00\rIHDR" + os.urandom(200)
+
+
+@pytest.fixture
+def shared_tmp(tmp_path: Path) -> Path:
+    return tmp_path
+
+
+def _make_bad_corpus(root: Path) -> dict[str, str]:
+    mem = root / "mem"
+    shutil.copytree(SAMPLE, mem)
+    bad = mem / "bad"
+    bad.mkdir()
+    (bad / "latin1.md").write_bytes("# Caf\xe9 notes\nna\xefve r\xe9sum\xe9\n".encode("latin-1"))
+    (bad / "empty.md").write_bytes(b"")
+    (bad / "image-renamed.md").write_bytes(PNG)
+    (bad / "secret.md").write_text("# private\nno access\n")
+    (bad / "secret.md").chmod(0)
+    os.symlink("/etc/hostname", bad / "outside-link.md")
+    with open(bad / "huge.md", "wb") as fh:  # 50 MB of real markdown
+        line = b"- a line of a very large generated markdown note about nothing in particular\n"
+        fh.write(line * (50 * 1024 * 1024 // len(line) + 1))
+    return {
+        "latin1.md": "UTF-8",
+        "empty.md": "empty",
+        "image-renamed.md": "image/png",
+        "secret.md": "permission denied",
+        "outside-link.md": "outside the source root",
+        "huge.md": "max_file_bytes",
+    }
+
+
+def test_bad_files_are_reported_and_everything_else_indexed(shared_tmp: Path):
+    expected = _make_bad_corpus(shared_tmp)
+    index = shared_tmp / "index"
+    cfg = write_config(shared_tmp / "memory_pipeline.yaml")
+    # root reads any file: the child drops that privilege so the chmod 000 file is really unreadable.
+    user = True
+    env: dict = {}
+    summary = run_json("index", "--config", str(cfg), "--json", env=env, honor_permissions=user)
+
+    reasons = {Path(e["path"]).name: e["reason"] for e in summary["errors"]}
+    for name, fragment in expected.items():
+        assert name in reasons, (name, summary["errors"])
+        assert fragment.lower() in reasons[name].lower(), (name, reasons[name])
+    # every good file of the sample, plus latin1.md: new, so tried, and failed at extraction
+    assert summary["files_changed"] == 18
+    indexed = {r["path"] for r in table_rows(index, columns=("path",))}
+    good = {p.relative_to(shared_tmp / "mem").as_posix() for p in (shared_tmp / "mem").rglob("*") if p.is_file() and "bad" not in p.parts}
+    assert indexed == good
+
+    # scan reports the same problems without indexing anything.
+    scan = run_cli("scan", "--config", str(cfg), env=env, honor_permissions=user)
+    assert scan.returncode == 0, scan.stderr
+    for name in expected:
+        assert name in scan.stdout
+    assert "Found 17 text files, 0 media files" in scan.stdout
+
+    # A second run: still reported, nothing re-embedded, nothing lost.
+    again = run_json("index", "--config", str(cfg), "--json", env=env, honor_permissions=user)
+    assert again["chunks_embedded"] == 0 and again["table_rows"] == summary["table_rows"]
+    assert {Path(e["path"]).name for e in again["errors"]} >= set(expected)
+
+
+def test_large_markdown_under_the_limit_is_indexed_in_bounded_memory(tmp_path: Path):
+    import resource
+    import subprocess
+    import sys
+
+    mem = tmp_path / "mem"
+    mem.mkdir()
+    lines = [f"## Section {i}\n- item {i}: notes on shipment batch {i} and carrier route {i % 97}\n" for i in range(60_000)]
+    (mem / "big.md").write_text("# Big log\n" + "".join(lines))
+    size = (mem / "big.md").stat().st_size
+    assert size > 4 * 1024 * 1024
+    cfg = write_config(tmp_path / "memory_pipeline.yaml", provider="none")
+    code = (
+        "import resource, subprocess, sys, json;"
+        f"p = subprocess.run([sys.executable, '-m', 'memory_pipeline.cli', 'index', '--config', {str(cfg)!r}, '--json'], capture_output=True, text=True);"
+        "print(json.dumps({'rc': p.returncode, 'out': p.stdout, 'err': p.stderr[-2000:], 'maxrss_kb': resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}))"
+    )
+    import json
+
+    out = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+    assert out["rc"] == 0, out["err"]
+    summary = json.loads(out["out"])
+    assert summary["errors"] == [] and summary["table_rows"] > 1000
+    assert summary["mode"] == "fts-only"
+    assert out["maxrss_kb"] < 1_500_000  # generous: the point is it does not blow up with file size
+    del resource
