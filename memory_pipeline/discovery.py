@@ -46,7 +46,6 @@ _MAGIC: tuple[tuple[int, bytes, str, str], ...] = (
     (0, b"PK\x03\x04", "application/zip", "document"),
     (0, b"fLaC", "audio/flac", "audio"),
     (0, b"OggS", "audio/ogg", "audio"),
-    (0, b"ID3", "audio/mpeg", "audio"),
     (0, b"\x1aE\xdf\xa3", "video/webm", "video"),
     (0, b"\x7fELF", "application/x-executable", "binary"),
     (0, b"\x1f\x8b", "application/gzip", "binary"),
@@ -145,7 +144,7 @@ def walk_source(source: SourceConfig, max_file_bytes: int) -> Iterator[Discovere
                 continue
             if stat_mod.S_ISDIR(st.st_mode):
                 # A folder is pruned only when an exclude glob covers everything under it.
-                if not any(glob_match(rel, p) or glob_match(rel + "/", p) for p in source.exclude):
+                if not any(glob_match(rel + "/", p) for p in source.exclude):
                     stack.append(entry.path)
                 continue
             if not is_selected(rel, source):
@@ -208,6 +207,8 @@ def sniff(head: bytes, rel_path: str) -> tuple[str, str]:
     for offset, magic, mime, modality in _MAGIC:
         if head[offset : offset + len(magic)] == magic:
             return mime, modality
+    if head[:3] == b"ID3" and len(head) >= 5 and head[3] in (2, 3, 4) and head[4] < 0xFF:
+        return "audio/mpeg", "audio"
     if head[4:8] == b"ftyp":
         brand = head[8:12]
         if brand in (b"heic", b"heix", b"mif1", b"msf1"):

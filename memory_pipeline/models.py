@@ -32,6 +32,7 @@ class Chunk:
     line_start: int
     line_end: int
     tokens: int
+    model_tokens: int = 0  # in the embedding model's own tokenizer, when one was given
 
     @property
     def embed_text(self) -> str:

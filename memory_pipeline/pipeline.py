@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 
 from memory_pipeline import progress
 from memory_pipeline.chunking import CHUNKER_VERSION, chunk_segments, locator_for
-from memory_pipeline.discovery import DiscoveredFile, classify, sha256_file, sniff_file, walk_all
+from memory_pipeline.discovery import DiscoveredFile, classify, sha256_file, shard_of, sniff_file, walk_all
 from memory_pipeline.errors import ExtractionError
 from memory_pipeline.extraction import extract
 from memory_pipeline.models import (
@@ -167,6 +167,14 @@ def discover(settings: Settings, shards: Sequence[str], *, force: bool, fp: str)
         if f.shard in wanted:
             by_shard[f.shard].append(f)
     counts = DiscoverCounts()
+    # A source folder that is missing (an unmounted disk) must not wipe its rows from the index.
+    missing = {s.name: s.path for s in settings.sources if not s.path.is_dir()}
+    for name, path in missing.items():
+        shard = shard_of(name, "")
+        if shard in wanted:
+            by_shard[shard].append(
+                DiscoveredFile(name, "", str(path), shard, 0, 0, 0, "failed", "source folder not found; its indexed rows are kept")
+            )
     for shard in shards:
         prev = {r["doc_id"]: r for r in read_manifest(settings, shard).to_pylist()}
         state = {r["doc_id"]: r for r in read_state(settings, shard).to_pylist()}
@@ -177,7 +185,7 @@ def discover(settings: Settings, shards: Sequence[str], *, force: bool, fp: str)
         deletions = [
             {"doc_id": d, "source": d.split(":", 1)[0], "path": d.split(":", 1)[1]}
             for d in sorted(state)
-            if d not in present_ok
+            if d not in present_ok and d.split(":", 1)[0] not in missing
         ]
         counts.files_deleted += len(deletions)
         _write(pa.Table.from_pylist(rows, schema=MANIFEST_SCHEMA), asset_path(settings, "source_files", shard))
@@ -359,10 +367,8 @@ def make_chunks(settings: Settings, shards: Sequence[str], provider: EmbeddingPr
                 )
             counts.chunks += len(chunks)
             counts.tokens += sum(c.tokens for c in chunks)
-        table = pa.Table.from_pylist(rows, schema=CHUNKS_SCHEMA)
-        if count_model is not None and rows:
-            counts.max_model_tokens = max(counts.max_model_tokens, max(count_model(table.column("embed_text").to_pylist())))
-        _write(table, asset_path(settings, "memory_chunks", shard))
+            counts.max_model_tokens = max([counts.max_model_tokens, *(c.model_tokens for c in chunks)])
+        _write(pa.Table.from_pylist(rows, schema=CHUNKS_SCHEMA), asset_path(settings, "memory_chunks", shard))
     return counts
 
 
@@ -603,3 +609,64 @@ def manifest_fingerprints(settings: Settings, shards: Iterable[str]) -> dict[str
             ]
             out[s] = hashlib.sha256("\n".join(sorted(items)).encode()).hexdigest()[:16]
     return out
+
+
+def settled_summary(settings: Settings) -> dict | None:
+    """The summary of a no-op run when nothing changed since the last one, else None.
+
+    Cheap: one stat walk and the small per-shard manifests and states; no model, no
+    table, no Dagster. "Settled" means every file's stat matches the last manifest,
+    every indexable file is committed to the table with the current chunking and
+    model fingerprint (or failed extraction with unchanged content), and no
+    deletion is pending.
+    """
+    from memory_pipeline.discovery import SHARD_KEYS
+    from memory_pipeline.providers.registry import resolve_provider
+
+    try:
+        resolved = resolve_provider(settings)
+    except Exception:  # let the full run report provider problems properly
+        return None
+    ident = EmbeddingIdentity.of(resolved)
+    fp = fingerprint(settings, ident)
+    if any(not s.path.is_dir() for s in settings.sources):
+        return None
+    current = shard_fingerprints(settings)
+    seen = manifest_fingerprints(settings, SHARD_KEYS)
+    if current != seen:
+        return None
+    files_seen = 0
+    for shard in SHARD_KEYS:
+        manifest = read_manifest(settings, shard).to_pylist()
+        state = {r["doc_id"]: r for r in read_state(settings, shard).to_pylist()}
+        failed = {r["doc_id"] for r in read_extraction_status(settings, shard).to_pylist() if r["status"] == "failed"}
+        files_seen += len(manifest)
+        present = set()
+        for row in manifest:
+            if row["status"] == "skipped":
+                continue
+            present.add(row["doc_id"])
+            if row["status"] != "ok":
+                continue
+            st = state.get(row["doc_id"])
+            committed = st is not None and st["sha256"] == row["sha256"] and st["fingerprint"] == fp
+            if not committed and row["doc_id"] not in failed:
+                return None
+        if set(state) - present:
+            return None
+    store_meta = {"provider": ident.provider, "model": ident.model, "dims": ident.dims}
+    return {
+        "files_seen": files_seen,
+        "files_changed": 0,
+        "files_deleted": 0,
+        "chunks_total": 0,
+        "chunks_embedded": 0,
+        "chunks_cached": 0,
+        "rows_written": 0,
+        "rows_deleted": 0,
+        "table_rows": sum(r["chunks"] for s in SHARD_KEYS for r in read_state(settings, s).to_pylist()),
+        **store_meta,
+        "mode": "vector+fts" if ident.dims else "fts-only",
+        "skipped_run": True,
+        "errors": run_errors(settings, SHARD_KEYS),
+    }

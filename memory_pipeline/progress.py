@@ -40,10 +40,12 @@ class StderrProgress:
         if not finished and now - self._last < self.min_interval:
             return
         self._last = now
-        elapsed = max(now - start, 1e-6)
-        rate = done / elapsed
-        eta = (total - done) / rate if rate > 0 and total else 0.0
-        line = f"{stage}: {done}/{total} {unit} ({rate:.1f}/s, ETA {eta:.0f}s)"
+        elapsed = now - start
+        line = f"{stage}: {done}/{total} {unit}"
+        if elapsed >= 0.2 and done:
+            rate = done / elapsed
+            eta = (total - done) / rate if total else 0.0
+            line += f" ({rate:.1f}/s, ETA {eta:.0f}s)"
         end = "\n" if finished else "\r"
         self.stream.write(f"\r{line:<78}{end}")
         self.stream.flush()

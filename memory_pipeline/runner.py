@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from contextlib import contextmanager
 from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
@@ -18,6 +19,11 @@ DAGSTER_YAML = """\
 # Written by memory_pipeline: a persistent instance for `memory index` and `make ui`.
 telemetry:
   enabled: false
+# Assets log through context.log (the event log); capturing stdout would start
+# tail processes for every run.
+compute_logs:
+  module: dagster._core.storage.noop_compute_log_manager
+  class: NoOpComputeLogManager
 """
 
 
@@ -31,7 +37,22 @@ def ensure_dagster_home(settings: Settings) -> Path:
 
 
 def run_index(settings: Settings, *, force: bool = False) -> dict:
-    """Materialize every asset over every shard in one in-process run; returns the summary."""
+    """Materialize every asset over every shard in one in-process run; returns the summary.
+
+    When a stat walk shows that nothing changed since the last run (and that run's
+    work is all committed), no run is started: there is nothing to materialize.
+    """
+    started = time.perf_counter()
+    if not force:
+        settled = pipeline.settled_summary(settings)
+        if settled is not None:
+            summary = settled | {
+                "run_id": None,
+                "seconds": round(time.perf_counter() - started, 3),
+                "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            }
+            _record_run(settings, summary)
+            return summary
     import dagster as dg
 
     from memory_pipeline.defs.assets import index_assets
@@ -39,9 +60,8 @@ def run_index(settings: Settings, *, force: bool = False) -> dict:
     from memory_pipeline.defs.resources import MemoryConfigResource
 
     home = ensure_dagster_home(settings)
-    os.environ.setdefault("DAGSTER_HOME", str(home))
-    started = time.perf_counter()
-    with dg.DagsterInstance.from_config(str(home)) as instance:
+    os.environ["DAGSTER_HOME"] = str(home)
+    with dg.DagsterInstance.from_config(str(home)) as instance, _user_errors():
         result = dg.materialize(
             index_assets,
             instance=instance,
@@ -54,29 +74,30 @@ def run_index(settings: Settings, *, force: bool = False) -> dict:
                 },
                 "loggers": {"console": {"config": {"log_level": "CRITICAL"}}},
             },
-            raise_on_error=False,
+            raise_on_error=True,
         )
-        run_id = result.run_id
-        if not result.success:
-            raise MemoryPipelineError(_failure_message(result), hint=f"see run {run_id} in the Dagster UI (make ui)")
         meta = _metadata_by_asset(result)
+        run_id = result.run_id
     summary = _summary(settings, meta, run_id, time.perf_counter() - started)
     _record_run(settings, summary)
     return summary
 
 
-def _failure_message(result) -> str:
-    for event in result.all_events:
-        if event.event_type_value == "STEP_FAILURE":
-            data = event.event_specific_data
-            err = getattr(data, "error", None)
-            if err is not None:
-                # The user-facing message of our own errors sits in the first line of the cause chain.
-                cause = err
-                while getattr(cause, "cause", None) is not None:
-                    cause = cause.cause
-                return f"{event.step_key} failed: {cause.message.strip().splitlines()[-1]}"
-    return "index run failed"
+@contextmanager
+def _user_errors():
+    """Unwrap Dagster's step errors: our own errors surface as themselves, with their hint."""
+    from dagster import DagsterExecutionStepExecutionError
+
+    try:
+        yield
+    except DagsterExecutionStepExecutionError as err:
+        cause = err.user_exception
+        if isinstance(cause, MemoryPipelineError):
+            raise cause from err
+        raise MemoryPipelineError(
+            f"step {err.step_key} failed: {type(cause).__name__}: {cause}",
+            hint="see the run in the Dagster UI (make ui) for the traceback",
+        ) from err
 
 
 def _metadata_by_asset(result) -> dict[str, dict]:
@@ -108,6 +129,7 @@ def _summary(settings: Settings, meta: dict[str, dict], run_id: str, seconds: fl
         "model": emb.get("model", ""),
         "dims": int(emb.get("dims", 0)),
         "mode": emb.get("mode", ""),
+        "skipped_run": False,
         "errors": pipeline.run_errors(settings, SHARD_KEYS),
         "run_id": run_id,
         "seconds": round(seconds, 3),

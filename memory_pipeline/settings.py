@@ -131,7 +131,11 @@ def load_settings(path: str | os.PathLike[str] | None = None) -> Settings:
     try:
         raw = yaml.safe_load(cfg_path.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as err:
-        raise ConfigError(f"{cfg_path}: not valid YAML: {err}", path=str(cfg_path)) from err
+        # Only the position and the problem: the offending line may hold a secret.
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or "syntax error"
+        raise ConfigError(f"{cfg_path}: not valid YAML{where}: {problem}", path=str(cfg_path)) from err
     except UnicodeDecodeError as err:
         raise ConfigError(f"{cfg_path}: not UTF-8 text", path=str(cfg_path)) from err
     return settings_from_dict(raw, base_dir=cfg_path.parent, config_path=cfg_path)

@@ -1,8 +1,9 @@
-"""Markdown and plain text: the whole file as one segment; the chunker keeps line numbers."""
+"""Markdown and plain text: the whole file as one segment (secrets redacted); the chunker keeps line numbers."""
 
 from __future__ import annotations
 
 from memory_pipeline.errors import ExtractionError
+from memory_pipeline.extraction.redact import redact
 from memory_pipeline.models import Segment
 
 
@@ -24,5 +25,7 @@ def extract_text_file(abs_path: str) -> list[Segment]:
     text = decode_utf8(data, abs_path).replace("\r\n", "\n").replace("\r", "\n")
     if not text.strip():
         return []
+    # Notes get pasted keys too; nothing secret reaches the table or an embedding API.
+    text, _ = redact(text)
     n_lines = text.count("\n") + (0 if text.endswith("\n") else 1)
     return [Segment(text=text, line_start=1, line_end=max(n_lines, 1))]

@@ -10,7 +10,7 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("openai-key", re.compile(r"\bsk-(?:proj-|svcacct-)?[A-Za-z0-9_\-]{20,}")),
     ("github-token", re.compile(r"\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{30,}|\bgithub_pat_[A-Za-z0-9_]{40,}")),
     ("aws-access-key", re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b")),
-    ("google-api-key", re.compile(r"\bAIza[0-9A-Za-z_\-]{35}\b")),
+    ("google-api-key", re.compile(r"\bAIza[0-9A-Za-z_\-]{35}(?![0-9A-Za-z_\-])")),
     ("slack-token", re.compile(r"\bxox[abposr]-[A-Za-z0-9\-]{10,}")),
     ("stripe-key", re.compile(r"\b[sr]k_(?:live|test)_[A-Za-z0-9]{20,}")),
     ("jwt", re.compile(r"\beyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}")),
@@ -29,7 +29,8 @@ def redact(text: str) -> tuple[str, int]:
     """The text with secrets replaced by ``[REDACTED:kind]``, and how many were replaced."""
     count = 0
     for kind, pattern in _PATTERNS:
-        text, n = pattern.subn(f"[REDACTED:{kind}]", text)
+        # Keep the line count so locators (line ranges) stay true after redaction.
+        text, n = pattern.subn(lambda m, k=kind: f"[REDACTED:{k}]" + "\n" * m.group(0).count("\n"), text)
         count += n
 
     def _assign(m: re.Match[str]) -> str:

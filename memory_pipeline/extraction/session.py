@@ -10,6 +10,7 @@ obvious secrets are redacted before anything is stored.
 from __future__ import annotations
 
 import json
+from datetime import datetime, timezone
 from typing import Any
 
 from memory_pipeline.errors import ExtractionError
@@ -45,7 +46,20 @@ def _message(record: dict) -> tuple[str, str, str] | None:
         return None
     text = _content_text(msg.get("content", msg.get("text", "")))
     timestamp = record.get("timestamp") or msg.get("timestamp") or record.get("created_at") or ""
-    return role, text.strip(), str(timestamp)
+    return role, text.strip(), _iso(timestamp)
+
+
+def _iso(value: Any) -> str:
+    """ISO text for a timestamp given as ISO text or epoch seconds / milliseconds."""
+    if isinstance(value, bool) or value in (None, ""):
+        return ""
+    if isinstance(value, (int, float)):
+        seconds = value / 1000 if value > 1e11 else value
+        try:
+            return datetime.fromtimestamp(seconds, tz=timezone.utc).isoformat()
+        except (OverflowError, OSError, ValueError):
+            return ""
+    return str(value)
 
 
 def extract_session(abs_path: str) -> list[Segment]:
@@ -55,7 +69,9 @@ def extract_session(abs_path: str) -> list[Segment]:
     segments: list[Segment] = []
     bad_lines = 0
     records = 0
-    for line_no, line in enumerate(text.splitlines(), start=1):
+    # Only "\n" ends a JSONL record: U+2028 and friends may appear raw inside JSON strings.
+    for line_no, line in enumerate(text.split("\n"), start=1):
+        line = line.removesuffix("\r")
         if not line.strip():
             continue
         try:

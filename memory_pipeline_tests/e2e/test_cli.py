@@ -1,0 +1,152 @@
+"""The `memory` command as a user runs it: outputs, JSON shapes, exit codes, messages."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from memory_pipeline_tests.conftest import SAMPLE, write_config
+from memory_pipeline_tests.helpers import run_cli, run_json
+
+pytestmark = pytest.mark.slow
+INDEX_KEYS = {
+    "files_seen", "files_changed", "files_deleted", "chunks_total", "chunks_embedded",
+    "chunks_cached", "rows_written", "rows_deleted", "errors",
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def indexed(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cli")
+    shutil.copytree(SAMPLE, root / "mem")
+    cfg = write_config(root / "memory_pipeline.yaml")
+    proc = run_cli("index", "--config", str(cfg))
+    assert proc.returncode == 0, proc.stderr
+    return root, cfg, proc
+
+
+def test_index_prints_summary_and_progress(indexed):
+    _, _, proc = indexed
+    assert "Indexed 17 files: 17 changed" in proc.stdout
+    assert "embed:" in proc.stderr and "chunks" in proc.stderr and "ETA" in proc.stderr
+
+
+def test_index_json_shape(indexed):
+    _, cfg, _ = indexed
+    out = run_json("index", "--config", str(cfg), "--json")
+    assert INDEX_KEYS <= set(out)
+    assert out["files_seen"] == 17 and out["files_changed"] == 0 and out["errors"] == []
+
+
+def test_quiet_index_prints_nothing(indexed):
+    _, cfg, _ = indexed
+    proc = run_cli("index", "--config", str(cfg), "--quiet")
+    assert proc.returncode == 0 and proc.stdout == "" and proc.stderr == ""
+
+
+def test_search_json_for_agents(indexed):
+    _, cfg, _ = indexed
+    out = run_json("search", "Stripe callbacks failing because a certificate lapsed", "--config", str(cfg), "--json")
+    first = out["results"][0]
+    assert {"path", "source", "locator", "score", "snippet", "modality", "mime_type"} <= set(first)
+    assert first["path"].endswith("memory/2026-10-06.md") and first["locator"].startswith("L")
+    assert 0 < first["score"] <= 1 and first["mime_type"] == "text/markdown"
+
+
+def test_search_session_locator_names_jsonl_lines(indexed):
+    _, cfg, _ = indexed
+    out = run_json("search", "readiness probe failed: HTTP probe failed with statuscode: 503", "--config", str(cfg), "--json")
+    first = out["results"][0]
+    assert first["path"].endswith("2026-10-14-deploy-help.jsonl") and first["modality"] == "session"
+    assert first["locator"].startswith("jsonl:")
+    lines = Path(first["path"]).read_text().splitlines()
+    start, end = (int(x) for x in first["locator"].split(":")[1].split("-"))
+    window = "\n".join(lines[start - 1 : end])
+    assert "readiness probe failed" in window
+
+
+def test_search_text_output_and_max_results(indexed):
+    _, cfg, _ = indexed
+    proc = run_cli("search", "sourdough starter", "--config", str(cfg), "--max-results", "2")
+    assert proc.returncode == 0
+    assert "— Text Results —" in proc.stdout and "2026-10-11.md:L" in proc.stdout
+    assert "3. " not in proc.stdout
+
+
+def test_search_abstains(indexed):
+    _, cfg, _ = indexed
+    out = run_json("search", "what is the capital of australia", "--config", str(cfg), "--json")
+    assert out["results"] == []
+    proc = run_cli("search", "what is the capital of australia", "--config", str(cfg))
+    assert "No relevant memories" in proc.stdout
+
+
+def test_status_reports_provider_table_sources_cache_last_run(indexed):
+    _, cfg, _ = indexed
+    out = run_json("status", "--config", str(cfg), "--json")
+    assert out["provider"] == "local" and out["model"] == "all-MiniLM-L6-v2" and out["dims"] == 384
+    assert out["table"]["rows"] > 0 and out["table"]["dims"] == 384
+    assert out["sources"]["mem"]["indexed_files"] == 17
+    assert out["cache"]["entries"] >= out["table"]["rows"] - 5
+    assert out["last_run"]["files_seen"] == 17
+    human = run_cli("status", "--config", str(cfg))
+    assert "provider: local / all-MiniLM-L6-v2" in human.stdout
+
+
+def test_scan_verbose_lists_files(indexed):
+    _, cfg, _ = indexed
+    proc = run_cli("scan", "--config", str(cfg), "--verbose")
+    assert proc.returncode == 0
+    assert "text/markdown" in proc.stdout and "application/x-ndjson" in proc.stdout
+    assert proc.stdout.rstrip().endswith("Found 17 text files, 0 media files")
+
+
+def test_config_from_environment_variable(indexed):
+    root, cfg, _ = indexed
+    out = run_json("status", "--json", env={"MEMORY_PIPELINE_CONFIG": str(cfg)}, cwd=root.parent)
+    assert out["config"] == str(cfg)
+
+
+@pytest.mark.parametrize(
+    "content, fragment",
+    [
+        ("sources: []\n", "'sources' must be a non-empty list"),
+        ("sources:\n  - {name: m, path: mem}\nchunking: {tokens: 10}\n", "chunking.tokens"),
+        ("sources:\n  - {name: m, path: mem}\nprovider: openai\napi_key: sk-abc123abc123abc123\n", "secret"),
+        ("sources:\n  - {name: m, path: mem}\nbogus: 1\n", "unknown setting 'bogus'"),
+        ("sources: [unclosed\n", "not valid YAML"),
+    ],
+)
+def test_bad_config_exits_1_with_one_line(tmp_path: Path, content: str, fragment: str):
+    cfg = tmp_path / "memory_pipeline.yaml"
+    cfg.write_text(content)
+    proc = run_cli("index", "--config", str(cfg))
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("[ERROR]") and fragment in lines[0], proc.stderr
+    assert "sk-abc123" not in proc.stderr
+
+
+def test_missing_config_exits_1(tmp_path: Path):
+    proc = run_cli("status", cwd=tmp_path)
+    assert proc.returncode == 1 and "config file not found" in proc.stderr and "MEMORY_PIPELINE_CONFIG" in proc.stderr
+
+
+def test_usage_error_exits_2():
+    assert run_cli("index", "--no-such-flag").returncode == 2
+
+
+def test_model_change_requires_force(tmp_path: Path):
+    shutil.copytree(SAMPLE / "memory", tmp_path / "mem")
+    cfg = write_config(tmp_path / "memory_pipeline.yaml", provider="none")
+    assert run_json("index", "--config", str(cfg), "--json")["mode"] == "fts-only"
+    write_config(cfg, provider="local")
+    proc = run_cli("index", "--config", str(cfg))
+    assert proc.returncode == 1 and "--force" in proc.stderr
+    out = run_json("index", "--config", str(cfg), "--json", "--force")
+    assert out["dims"] == 384 and out["table_rows"] > 0
+    hits = run_json("search", "sourdough starter feeding", "--config", str(cfg), "--json", "--mode", "vector")
+    assert hits["results"]
