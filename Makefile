@@ -33,6 +33,7 @@ test: venv
 
 bench: venv
 	$(BIN)/python benchmarks/bench_index.py --out benchmarks/results.json
+	$(BIN)/python benchmarks/bench_index.py --only 1 --no-warmup --corpus1-notes 700 --out benchmarks/results-throughput-large.json
 
 bench-quick: venv
 	$(BIN)/python benchmarks/bench_index.py --quick --out benchmarks/results-quick.json

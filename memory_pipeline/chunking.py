@@ -40,9 +40,9 @@ def count_tokens(text: str) -> int:
 
 
 def count_tokens_many(texts: Sequence[str]) -> list[int]:
-    if not texts:
-        return []
-    return [len(t) for t in _encoding().encode_ordinary_batch(list(texts), num_threads=2)]
+    # A plain loop: the batch API's thread pool costs more than it saves on short lines.
+    encode = _encoding().encode_ordinary
+    return [len(encode(t)) for t in texts]
 
 
 @dataclass
@@ -173,6 +173,7 @@ def session_units(segments: Sequence[Segment], piece_tokens: int) -> list[_Unit]
     return units
 
 
+@lru_cache(maxsize=4096)
 def _breadcrumb_text(context: str, max_tokens: int = MAX_BREADCRUMB_TOKENS) -> str:
     if not context:
         return ""
@@ -180,6 +181,11 @@ def _breadcrumb_text(context: str, max_tokens: int = MAX_BREADCRUMB_TOKENS) -> s
     if len(toks) <= max_tokens:
         return context
     return "… " + _encoding().decode(toks[-max(max_tokens - 2, 1) :])
+
+
+@lru_cache(maxsize=4096)
+def _breadcrumb_tokens(context: str, max_tokens: int) -> int:
+    return count_tokens(_breadcrumb_text(context, max_tokens))
 
 
 def breadcrumb_cap(budget: int) -> int:
@@ -197,7 +203,7 @@ def pack_units(units: Sequence[_Unit], budget: int, overlap: int) -> list[list[_
     cap = breadcrumb_cap(budget)
 
     def start_tokens(u: _Unit) -> int:
-        return count_tokens(_breadcrumb_text(u.context, cap)) + 1 if u.context else 0
+        return _breadcrumb_tokens(u.context, cap) + 1 if u.context else 0
 
     def has_body() -> bool:
         # A chunk of headings and blank lines alone says nothing: keep it with what follows.
@@ -253,7 +259,7 @@ def _to_chunk(index: int, group: Sequence[_Unit], budget: int = 10**9) -> Chunk 
         heading=heading,
         line_start=first.line_start,
         line_end=max(u.line_end for u in body),
-        tokens=sum(u.tokens for u in body) - 1 + (count_tokens(heading) + 1 if heading else 0),
+        tokens=sum(u.tokens for u in body) - 1 + (_breadcrumb_tokens(first.context, breadcrumb_cap(budget)) + 1 if heading else 0),
     )
 
 

@@ -6,6 +6,8 @@ plain functions in ``memory_pipeline.pipeline`` and reports counts as metadata.
 """
 
 
+import importlib
+import threading
 from dataclasses import asdict
 
 import dagster as dg
@@ -123,6 +125,8 @@ def memory_chunks(context: dg.AssetExecutionContext, memory_config: MemoryConfig
     description="Vectors for the chunks of changed files: the embedding cache first, the provider for the rest.",
 )
 def chunk_embeddings(context: dg.AssetExecutionContext, memory_config: MemoryConfigResource) -> dg.MaterializeResult:
+    # lancedb takes seconds to import; do it while the model computes (torch releases the GIL).
+    threading.Thread(target=importlib.import_module, args=("lancedb",), name="import-lancedb", daemon=True).start()
     settings = memory_config.settings()
     resolved = memory_config.provider(settings)
     ident = pipeline.EmbeddingIdentity.of(resolved)

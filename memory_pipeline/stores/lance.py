@@ -186,7 +186,19 @@ class VectorStore:
         """Create the FTS index when missing; fold new rows into it once many are unindexed.
 
         LanceDB's FTS also scans rows not yet indexed, so new rows are found by text at once.
+        Parallel partition runs may race to do this: a commit conflict is retried.
         """
+        for attempt in range(_COMMIT_RETRIES):
+            try:
+                return self._ensure_fts()
+            except Exception as err:
+                if not _is_conflict(err) or attempt == _COMMIT_RETRIES - 1:
+                    raise StoreError(f"cannot update the full-text index of {self.table_name}: {err}") from err
+                time.sleep(min(0.05 * 2**attempt, 2.0) * (0.5 + random.random()))
+                self.open().checkout_latest()
+        return {}
+
+    def _ensure_fts(self) -> dict:
         from lancedb.index import FTS
 
         table = self.open()

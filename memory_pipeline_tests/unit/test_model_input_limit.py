@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
+
 import pytest
 
 from memory_pipeline.chunking import chunk_segments
@@ -49,9 +51,25 @@ def test_chunks_fit_the_model_limit_for_hostile_text(provider: LocalProvider, to
 
 
 def test_the_limit_is_what_sentence_transformers_truncates_at(provider: LocalProvider):
-    model = provider._load()
+    model = provider._load_st()
     assert model.max_seq_length == provider.max_input_tokens
     long_text = "token " * 1000
     ids = model.tokenize([long_text])["input_ids"]
     assert ids.shape[1] == provider.max_input_tokens  # the model would cut here: we never send more
     assert provider.count_tokens([long_text])[0] > provider.max_input_tokens
+
+
+def test_direct_path_equals_sentence_transformers(provider: LocalProvider):
+    """The fast path (transformers directly) gives the vectors SentenceTransformer.encode gives."""
+    assert provider._pooling == "mean"
+    texts = [
+        "Moved the orders database to PostgreSQL.",
+        "数据库备份策略：每日增量备份",
+        "short",
+        "A much longer passage about kubernetes upgrades, node pools and disruption budgets " * 12,  # truncated at 256
+        "",
+    ]
+    direct = provider.embed_documents(texts)
+    reference = provider._load_st().encode(texts, batch_size=2, normalize_embeddings=True, convert_to_numpy=True)
+    np.testing.assert_allclose(direct, reference, atol=2e-5)
+    assert np.allclose(np.linalg.norm(direct, axis=1), 1.0, atol=1e-5)
