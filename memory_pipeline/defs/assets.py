@@ -71,11 +71,8 @@ def source_files(context: dg.AssetExecutionContext, config: IndexRunConfig, memo
 def extracted_content(context: dg.AssetExecutionContext, memory_config: MemoryConfigResource) -> dg.MaterializeResult:
     settings = memory_config.settings()
     shards = list(context.partition_keys)
-    resolved = memory_config.provider(settings)
-    todo = sum(1 for s in shards for a in pipeline.read_manifest(settings, s).column("action").to_pylist() if a == "index")
-    if todo and resolved.provider is not None and hasattr(resolved.provider, "warm"):
-        # The model loads in the background while files are read and chunked.
-        resolved.provider.warm()
+    # The model is loaded only when chunk_embeddings has work: loading it in a thread here was
+    # measured slower (its import contends for the GIL with extraction and chunking).
     counts = pipeline.extract_content(settings, shards)
     for f in counts.failures:
         context.log.warning(f"extraction failed: {f['path']}: {f['reason']}")

@@ -37,7 +37,7 @@ def default_model_path() -> Path | None:
 
 
 class LocalProvider:
-    """sentence-transformers on the CPU; the model loads on first use (or in the background via ``warm``)."""
+    """sentence-transformers models on the CPU; the model loads on first use."""
 
     name = "local"
     supports_multimodal = False
@@ -182,12 +182,6 @@ class LocalProvider:
                         f"cannot load local model {self.model}: {err}", provider="local"
                     ) from err
             return self._st
-
-    def warm(self) -> threading.Thread:
-        """Start loading the model in the background so it overlaps with extraction and chunking."""
-        thread = threading.Thread(target=self._load, name="load-local-model", daemon=True)
-        thread.start()
-        return thread
 
     def _tok(self):
         if self._tokenizer is None:
