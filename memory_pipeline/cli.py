@@ -1,4 +1,4 @@
-"""The `memory` command: index, search, scan, status.
+"""The `memory` command: index, search, scan, status, analytics.
 
 Exit codes: 0 success, 1 an error (one line on stderr saying what to do),
 2 a usage error. Files that could not be indexed do not make `index` fail:
@@ -234,6 +234,52 @@ def cmd_status(args) -> int:
     return 0
 
 
+# --- analytics ---------------------------------------------------------------------------
+
+
+def cmd_analytics(args) -> int:
+    from memory_pipeline.stores.analytics import DB_NAME, query
+
+    settings = _settings(args)
+    if not (settings.data_dir / DB_NAME).is_file():
+        raise MemoryPipelineError(
+            f"no analytics database at {settings.data_dir / DB_NAME}", hint="run `memory index` first"
+        )
+    try:
+        if args.sql:
+            rows = query(settings, args.sql).to_pylist()
+            if args.json:
+                _print_json({"rows": rows})
+            else:
+                _print_rows(rows)
+            return 0
+        coverage = query(settings, "SELECT * FROM coverage").to_pylist()
+        problems = query(settings, "SELECT kind, count(*) AS files, sum(rows) AS rows FROM problems GROUP BY kind ORDER BY kind").to_pylist()
+    except Exception as err:  # duckdb raises its own error types for bad SQL
+        if type(err).__module__.startswith("duckdb") or "duckdb" in type(err).__module__:
+            raise MemoryPipelineError(f"query failed: {str(err).splitlines()[0]}", hint="check the SQL; tables: coverage, problems, file_status, source_files, vector_rows, runs") from err
+        raise
+    if args.json:
+        _print_json({"coverage": coverage, "problems": problems})
+        return 0
+    _print_rows(coverage)
+    print()
+    _print_rows(problems) if problems else print("no problems")
+    return 0
+
+
+def _print_rows(rows: list[dict]) -> None:
+    if not rows:
+        print("(no rows)")
+        return
+    cols = list(rows[0])
+    cells = [[("" if r[c] is None else (f"{r[c]:.3f}" if isinstance(r[c], float) else str(r[c]))) for c in cols] for r in rows]
+    widths = [min(max(len(c), *(len(row[i]) for row in cells)), 60) for i, c in enumerate(cols)]
+    print("  ".join(c.ljust(w) for c, w in zip(cols, widths)))
+    for row in cells:
+        print("  ".join(v[:60].ljust(w) for v, w in zip(row, widths)))
+
+
 # --- entry point -------------------------------------------------------------------------
 
 
@@ -264,6 +310,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_scan)
 
+    p = sub.add_parser("analytics", parents=[common], help="index coverage (DuckDB), or any SQL over the analytics database")
+    p.add_argument("--sql", help="a query, e.g. \"SELECT * FROM problems WHERE kind = 'failed'\"")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_analytics)
+
     p = sub.add_parser("status", parents=[common], help="provider, table, sources, cache and last run")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_status)
@@ -283,6 +334,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("[ERROR] interrupted; run the same command again to resume", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader (`| head`) went away: not an error of ours; keep Python from complaining at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

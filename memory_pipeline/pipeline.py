@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 
 from memory_pipeline import progress
 from memory_pipeline.chunking import CHUNKER_VERSION, chunk_segments, locator_for
-from memory_pipeline.discovery import DiscoveredFile, classify, sha256_file, shard_of, sniff_file, walk_all
+from memory_pipeline.discovery import DiscoveredFile, classify, sha256_file, shard_of, sniff, sniff_file, walk_all
 from memory_pipeline.errors import ExtractionError
 from memory_pipeline.extraction import extract
 from memory_pipeline.models import (
@@ -216,6 +216,9 @@ def _manifest_row(
         "reason": f.reason,
         "action": "none",
     }
+    if f.status != "ok" and f.path:
+        # Not read (empty, too large, a link out of the root): typed by its name, for coverage by modality.
+        row["mime_type"], row["modality"] = sniff(b"", f.path)
     if f.status == "ok":
         same_stat = (
             prev is not None
@@ -475,9 +478,13 @@ def _search_text(heading: str, text: str, path: str) -> str:
 
 
 def write_vectors(
-    settings: Settings, shards: Sequence[str], ident: EmbeddingIdentity, *, recreate: bool = False
+    settings: Settings, shards: Sequence[str], ident: EmbeddingIdentity, *, recreate: bool = False, force: bool = False
 ) -> WriteStats:
-    """Replace each changed file's rows in one commit, remove deleted files, keep FTS current."""
+    """Replace each changed file's rows in one commit, remove deleted files, keep FTS current.
+
+    A forced run replaces its shards whole, which also repairs what no per-file write
+    can see (duplicated ids, rows of files the index lost track of).
+    """
     stats = WriteStats()
     store = VectorStore(settings.lancedb_uri, settings.table_name)
     store.ensure(ident.dims, ident.meta(), recreate=recreate)
@@ -490,7 +497,7 @@ def write_vectors(
         deleted = read_deletions(settings, shard).column("doc_id").to_pylist()
         chunks = read_chunks(settings, shard)
         rows = _table_rows(chunks, settings, shard, ident, now)
-        counts = store.replace_docs(rows, replaced + deleted)
+        counts = store.replace_shard(rows, shard) if force else store.replace_docs(rows, replaced + deleted)
         _fault("write_after_first_commit")
         stats.files_replaced += len(replaced)
         stats.files_deleted += len(deleted)
@@ -501,6 +508,8 @@ def write_vectors(
         stats.commits += counts.commits
         # Record what the table now holds, only after the commit succeeded.
         state = {r["doc_id"]: r for r in read_state(settings, shard).to_pylist()}
+        if force:
+            state = {}
         for d in deleted:
             state.pop(d, None)
         per_doc = defaultdict(int)

@@ -87,9 +87,16 @@ def run_index(settings: Settings, *, force: bool = False) -> dict:
 def _user_errors():
     """Unwrap Dagster's step errors: our own errors surface as themselves, with their hint."""
     from dagster import DagsterExecutionStepExecutionError
+    from dagster._core.errors import DagsterAssetCheckFailedError
 
     try:
         yield
+    except DagsterAssetCheckFailedError as err:
+        failed = str(err).strip().splitlines()[-1].split(":", 1)[-1].strip()
+        raise MemoryPipelineError(
+            f"the index failed a blocking check ({failed}); files were indexed, but the table has faults",
+            hint='see `memory analytics --sql "SELECT * FROM problems"`; `memory index --force` repairs the table',
+        ) from err
     except DagsterExecutionStepExecutionError as err:
         cause = err.user_exception
         if isinstance(cause, MemoryPipelineError):
@@ -115,6 +122,7 @@ def _summary(settings: Settings, meta: dict[str, dict], run_id: str, seconds: fl
     chunks = meta.get("memory_chunks", {})
     emb = meta.get("chunk_embeddings", {})
     vec = meta.get("memory_vectors", {})
+    cov = meta.get("index_coverage", {})
     return {
         "files_seen": int(src.get("files_seen", 0)),
         "files_changed": int(src.get("files_changed", 0)),
@@ -130,6 +138,7 @@ def _summary(settings: Settings, meta: dict[str, dict], run_id: str, seconds: fl
         "dims": int(emb.get("dims", 0)),
         "mode": emb.get("mode", ""),
         "skipped_run": False,
+        "coverage": cov.get("coverage"),
         "errors": pipeline.run_errors(settings, SHARD_KEYS),
         "run_id": run_id,
         "seconds": round(seconds, 3),

@@ -65,6 +65,11 @@ class LimitsConfig:
 
 
 @dataclass(frozen=True)
+class ChecksConfig:
+    min_coverage: float = 0.9  # share of indexable files that must be indexed
+
+
+@dataclass(frozen=True)
 class Settings:
     """Everything the YAML file decides: what to index and how."""
 
@@ -76,6 +81,7 @@ class Settings:
     cache: CacheConfig = field(default_factory=CacheConfig)
     query: QueryConfig = field(default_factory=QueryConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
+    checks: ChecksConfig = field(default_factory=ChecksConfig)
     table_name: str = "memory_vectors"
     config_path: Path | None = None
 
@@ -149,7 +155,7 @@ def settings_from_dict(raw: Any, *, base_dir: Path, config_path: Path | None = N
     _refuse_secrets(raw, where)
     _check_keys(
         raw,
-        {"data_dir", "sources", "provider", "model", "chunking", "cache", "query", "limits", "table_name"},
+        {"data_dir", "sources", "provider", "model", "chunking", "cache", "query", "limits", "checks", "table_name"},
         "",
         where,
     )
@@ -216,6 +222,9 @@ def settings_from_dict(raw: Any, *, base_dir: Path, config_path: Path | None = N
     limits = _section(raw, "limits", LimitsConfig, where)
     if limits.max_file_bytes < 1:
         raise ConfigError(f"{where}: limits.max_file_bytes must be >= 1", key="limits.max_file_bytes", path=where)
+    checks = _section(raw, "checks", ChecksConfig, where)
+    if not 0.0 <= checks.min_coverage <= 1.0:
+        raise ConfigError(f"{where}: checks.min_coverage must be between 0 and 1", key="checks.min_coverage", path=where)
     table_name = raw.get("table_name", "memory_vectors")
     if not isinstance(table_name, str) or not re.fullmatch(r"[A-Za-z0-9_]+", table_name):
         raise ConfigError(f"{where}: table_name must be letters, digits and _", key="table_name", path=where)
@@ -229,6 +238,7 @@ def settings_from_dict(raw: Any, *, base_dir: Path, config_path: Path | None = N
         cache=cache,
         query=query,
         limits=limits,
+        checks=checks,
         table_name=table_name,
         config_path=config_path,
     )

@@ -159,13 +159,13 @@ def memory_vectors(context: dg.AssetExecutionContext, config: IndexRunConfig, me
     ident = pipeline.EmbeddingIdentity.of(resolved)
     shards = list(context.partition_keys)
     try:
-        stats = pipeline.write_vectors(settings, shards, ident)
+        stats = pipeline.write_vectors(settings, shards, ident, force=config.force)
     except IndexMismatchError:
         if not config.force:
             raise
         context.log.warning("model or dimension changed: rebuilding the table (forced)")
         pipeline.reset_index_state(settings)
-        stats = pipeline.write_vectors(settings, shards, ident, recreate=True)
+        stats = pipeline.write_vectors(settings, shards, ident, recreate=True, force=True)
     return dg.MaterializeResult(
         metadata={
             **{k: v for k, v in asdict(stats).items()},
@@ -175,4 +175,81 @@ def memory_vectors(context: dg.AssetExecutionContext, config: IndexRunConfig, me
     )
 
 
-index_assets = [source_files, extracted_content, memory_chunks, chunk_embeddings, memory_vectors]
+_CHECKS = {
+    "index_coverage_no_orphans_check": (True, "no table rows of files that are gone"),
+    "index_coverage_no_duplicates_check": (True, "every chunk id is stored once"),
+    "index_coverage_single_model_check": (True, "one model and dimension in the table, the configured one"),
+    "index_coverage_threshold_check": (False, "indexed files / indexable files >= checks.min_coverage"),
+    "index_coverage_fts_current_check": (False, "the full-text index exists and covers the table"),
+}
+
+
+@dg.asset(
+    deps=[memory_vectors],
+    group_name=GROUP,
+    kinds={"duckdb"},
+    description="Coverage of the index with DuckDB: manifest, errors and table side by side (data_dir/analytics.duckdb).",
+    check_specs=[
+        dg.AssetCheckSpec(name, asset="index_coverage", blocking=blocking, description=desc)
+        for name, (blocking, desc) in _CHECKS.items()
+    ],
+)
+def index_coverage(context: dg.AssetExecutionContext, memory_config: MemoryConfigResource) -> dg.MaterializeResult:
+    from memory_pipeline.stores.analytics import refresh_analytics
+
+    settings = memory_config.settings()
+    ident = pipeline.EmbeddingIdentity.of(memory_config.provider(settings))
+    report = refresh_analytics(settings, ident.model)
+
+    def result(name: str, passed: bool, kind: str | None = None, **extra) -> dg.AssetCheckResult:
+        paths = report.paths(kind) if kind else []
+        meta = {"offending_paths": dg.MetadataValue.json(paths[:200]), "count": len(paths), **extra}
+        return dg.AssetCheckResult(check_name=name, passed=passed, metadata=meta)
+
+    wrong_dims = report.table_rows > 0 and report.table_dims != ident.dims
+    checks = [
+        result("index_coverage_no_orphans_check", not report.problems.get("orphan_rows"), "orphan_rows"),
+        result("index_coverage_no_duplicates_check", not report.problems.get("duplicate_chunk_id"), "duplicate_chunk_id"),
+        result(
+            "index_coverage_single_model_check",
+            not report.problems.get("model_mismatch") and not wrong_dims,
+            "model_mismatch",
+            models=dg.MetadataValue.json(report.models),
+            table_dims=report.table_dims,
+            expected=f"{ident.model} ({ident.dims} dims)",
+        ),
+        result(
+            "index_coverage_threshold_check",
+            report.coverage_ratio >= settings.checks.min_coverage,
+            "failed",
+            coverage=round(report.coverage_ratio, 4),
+            min_coverage=settings.checks.min_coverage,
+        ),
+        result(
+            "index_coverage_fts_current_check",
+            report.table_rows == 0 or report.fts_indexed,
+            None,
+            unindexed_rows=report.fts_unindexed_rows,
+        ),
+    ]
+    table = ["| source | modality | files | indexed | skipped | failed | stale | rows | coverage |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in report.coverage:
+        table.append(
+            f"| {r['source']} | {r['modality']} | {r['files_discovered']} | {r['files_indexed']} | {r['files_skipped']} "
+            f"| {r['files_failed']} | {r['files_stale']} | {r['rows']} | {r['coverage']:.1%} |"
+        )
+    return dg.MaterializeResult(
+        metadata={
+            "coverage": round(report.coverage_ratio, 4),
+            "files_indexable": report.files_indexable,
+            "files_indexed": report.files_indexed,
+            "rows": report.table_rows,
+            **{f"problems_{k}": len(v) for k, v in sorted(report.problems.items())},
+            "summary": dg.MetadataValue.md("\n".join(table)),
+            "database": str(report.path),
+        },
+        check_results=checks,
+    )
+
+
+index_assets = [source_files, extracted_content, memory_chunks, chunk_embeddings, memory_vectors, index_coverage]

@@ -155,6 +155,33 @@ class VectorStore:
             self._commit_with_retry(table, part, condition, counts)
         return counts
 
+    def replace_shard(self, rows: pa.Table, shard: str) -> WriteCounts:
+        """Make the table hold exactly ``rows`` for a whole shard (the repair path of a forced run).
+
+        Two commits (delete, then add): this also clears rows no per-file replace can reach,
+        such as duplicated chunk ids or rows of files the index has lost track of.
+        """
+        table = self.open()
+        counts = WriteCounts()
+        condition = f"shard = {_sql_list([shard])}"
+        for attempt in range(_COMMIT_RETRIES):
+            try:
+                before = table.count_rows(condition)
+                if before:
+                    table.delete(condition)
+                counts.deleted = before
+                if rows.num_rows:
+                    table.add(rows.cast(table.schema))
+                counts.inserted = rows.num_rows
+                counts.commits = int(bool(before)) + int(bool(rows.num_rows))
+                return counts
+            except Exception as err:
+                if not _is_conflict(err) or attempt == _COMMIT_RETRIES - 1:
+                    raise StoreError(f"write to {self.table_name} failed: {err}") from err
+                time.sleep(min(0.05 * 2**attempt, 2.0) * (0.5 + random.random()))
+                table.checkout_latest()
+        return counts
+
     def _commit_with_retry(self, table, part: pa.Table, condition: str, counts: WriteCounts) -> None:
         for attempt in range(_COMMIT_RETRIES):
             try:

@@ -44,7 +44,7 @@ def _meta(result, asset: str) -> dict:
 def test_definitions_load_and_name_everything():
     repo = defs.get_repository_def()
     keys = {k.to_user_string() for k in repo.asset_graph.get_all_asset_keys()}
-    assert keys == {"source_files", "extracted_content", "memory_chunks", "chunk_embeddings", "memory_vectors"}
+    assert keys == {"source_files", "extracted_content", "memory_chunks", "chunk_embeddings", "memory_vectors", "index_coverage"}
     assert repo.has_job("index_job")
     assert {s.name for s in repo.sensor_defs} == {"memory_files_sensor"}
     assert {s.name for s in repo.schedule_defs} == {"nightly_reconciliation_schedule"}

@@ -150,3 +150,35 @@ def test_model_change_requires_force(tmp_path: Path):
     assert out["dims"] == 384 and out["table_rows"] > 0
     hits = run_json("search", "sourdough starter feeding", "--config", str(cfg), "--json", "--mode", "vector")
     assert hits["results"]
+
+
+def test_analytics_summary_and_sql(indexed):
+    _, cfg, _ = indexed
+    out = run_json("analytics", "--config", str(cfg), "--json")
+    by_modality = {r["modality"]: r for r in out["coverage"]}
+    assert by_modality["markdown"]["files_indexed"] == 14 and by_modality["session"]["files_indexed"] == 3
+    assert all(r["coverage"] == 1.0 for r in out["coverage"])
+    rows = run_json("analytics", "--config", str(cfg), "--json", "--sql", "SELECT count(*) AS n FROM vector_rows")["rows"]
+    assert rows[0]["n"] > 40
+    human = run_cli("analytics", "--config", str(cfg))
+    assert human.returncode == 0 and "coverage" in human.stdout and "no problems" in human.stdout
+    bad = run_cli("analytics", "--config", str(cfg), "--sql", "SELECT nope FROM nowhere")
+    assert bad.returncode == 1 and bad.stderr.startswith("[ERROR] query failed")
+
+
+def test_blocking_check_failure_exits_1_and_force_repairs(tmp_path: Path):
+    import lancedb
+
+    shutil.copytree(SAMPLE / "memory", tmp_path / "mem")
+    cfg = write_config(tmp_path / "memory_pipeline.yaml")
+    run_json("index", "--config", str(cfg), "--json")
+    table = lancedb.connect(str(tmp_path / "index" / "lancedb")).open_table("memory_vectors")
+    row = {k: v for k, v in table.search().limit(1).to_list()[0].items() if not k.startswith("_")}
+    table.add([row])  # a duplicated chunk id
+    note = tmp_path / "mem" / "2026-10-11.md"
+    note.write_text(note.read_text() + "\nOne more line.\n")
+    proc = run_cli("index", "--config", str(cfg), "--quiet")
+    assert proc.returncode == 1 and "index_coverage_no_duplicates_check" in proc.stderr
+    fixed = run_json("index", "--config", str(cfg), "--json", "--force")
+    assert fixed["coverage"] == 1.0 and fixed["chunks_embedded"] <= 2
+    assert table.count_rows() == fixed["table_rows"]

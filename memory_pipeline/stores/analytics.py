@@ -1,0 +1,208 @@
+"""Index coverage with DuckDB: the manifest, the errors and the LanceDB table, side by side.
+
+``refresh_analytics`` rebuilds ``<data_dir>/analytics.duckdb``: views over the
+Parquet assets, a vector-free snapshot of the table's rows, and the derived
+tables ``file_status``, ``coverage`` and ``problems``. It is written to a
+temporary file and renamed into place, so parallel runs never block each other
+and a reader (the DuckDB CLI, a notebook) always sees a whole database.
+Analysts need nothing from this project to query it::
+
+    duckdb data/index/analytics.duckdb "SELECT * FROM coverage"
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+
+from memory_pipeline.models import EXTRACTION_STATUS_SCHEMA, INDEXED_STATE_SCHEMA, MANIFEST_SCHEMA
+from memory_pipeline.settings import Settings
+from memory_pipeline.stores.lance import FTS_COLUMN, VectorStore
+
+DB_NAME = "analytics.duckdb"
+_ROW_COLUMNS = ["chunk_id", "doc_id", "source", "path", "shard", "modality", "mime_type", "file_sha256", "embedding_model", "tokens", "indexed_at"]
+_ROWS_SCHEMA = pa.schema(
+    [
+        ("chunk_id", pa.string()), ("doc_id", pa.string()), ("source", pa.string()), ("path", pa.string()),
+        ("shard", pa.string()), ("modality", pa.string()), ("mime_type", pa.string()), ("file_sha256", pa.string()),
+        ("embedding_model", pa.string()), ("tokens", pa.int32()), ("indexed_at", pa.timestamp("us", tz="UTC")),
+    ]
+)  # fmt: skip
+
+# One row per discovered file: what happened to it and whether the table reflects it.
+FILE_STATUS_SQL = """
+CREATE TABLE file_status AS
+SELECT
+    m.doc_id, m.source, m.path, m.abs_path, m.modality, m.mime_type, m.size, m.sha256,
+    m.status AS discovery_status,
+    e.status AS extraction_status,
+    s.sha256 AS indexed_sha256,
+    coalesce(s.chunks, 0) AS chunks,
+    CASE
+        WHEN m.status = 'skipped' THEN 'skipped'
+        WHEN m.status = 'failed' THEN 'failed'
+        WHEN s.sha256 = m.sha256 THEN 'indexed'
+        WHEN e.status = 'failed' THEN 'failed'
+        ELSE 'pending'
+    END AS state,
+    (s.sha256 IS NOT NULL AND s.sha256 <> m.sha256) AS stale,
+    coalesce(nullif(m.reason, ''), nullif(e.reason, ''), '') AS reason
+FROM source_files m
+LEFT JOIN indexed_state s USING (doc_id)
+LEFT JOIN extraction_status e USING (doc_id)
+WHERE m.path <> ''
+"""
+
+COVERAGE_SQL = """
+CREATE TABLE coverage AS
+WITH files AS (
+    SELECT source, coalesce(nullif(modality, ''), 'unknown') AS modality,
+           count(*) AS files_discovered,
+           count(*) FILTER (WHERE discovery_status = 'ok') AS files_indexable,
+           count(*) FILTER (WHERE state = 'indexed') AS files_indexed,
+           count(*) FILTER (WHERE state = 'skipped') AS files_skipped,
+           count(*) FILTER (WHERE state = 'failed') AS files_failed,
+           count(*) FILTER (WHERE state = 'pending') AS files_pending,
+           count(*) FILTER (WHERE stale) AS files_stale,
+           sum(chunks)::BIGINT AS chunks
+    FROM file_status GROUP BY ALL
+), rows AS (
+    SELECT source, modality, count(*) AS rows, sum(tokens)::BIGINT AS tokens FROM vector_rows GROUP BY ALL
+)
+SELECT f.*, coalesce(r.rows, 0) AS rows, coalesce(r.tokens, 0) AS tokens,
+       CASE WHEN f.files_indexable = 0 THEN 1.0 ELSE f.files_indexed / f.files_indexable END AS coverage
+FROM files f LEFT JOIN rows r USING (source, modality)
+ORDER BY source, modality
+"""
+
+PROBLEMS_SQL = """
+CREATE TABLE problems AS
+SELECT 'orphan_rows' AS kind, doc_id, any_value(path) AS path, count(*) AS rows,
+       'rows of a file that is not in the sources any more' AS detail
+FROM vector_rows
+WHERE doc_id NOT IN (SELECT doc_id FROM file_status WHERE state <> 'skipped')
+GROUP BY doc_id
+UNION ALL
+SELECT 'duplicate_chunk_id', any_value(doc_id), any_value(path), count(*), 'chunk id ' || chunk_id || ' stored more than once'
+FROM vector_rows GROUP BY chunk_id HAVING count(*) > 1
+UNION ALL
+SELECT 'model_mismatch', doc_id, any_value(path), count(*), 'rows embedded with ' || any_value(embedding_model) || ', not ' || $model
+FROM vector_rows WHERE embedding_model <> $model GROUP BY doc_id
+UNION ALL
+SELECT 'stale_rows', v.doc_id, any_value(v.path), count(*), 'rows of an older version of the file'
+FROM vector_rows v JOIN file_status f USING (doc_id)
+WHERE v.file_sha256 <> f.sha256 GROUP BY v.doc_id
+UNION ALL
+SELECT 'zero_chunks', doc_id, path, 0, 'indexed, but no text to search'
+FROM file_status WHERE state = 'indexed' AND chunks = 0
+UNION ALL
+SELECT 'failed', doc_id, path, 0, reason FROM file_status WHERE state = 'failed'
+UNION ALL
+SELECT 'skipped', doc_id, path, 0, reason FROM file_status WHERE state = 'skipped'
+"""
+
+
+@dataclass
+class CoverageReport:
+    """What the checks and the asset metadata need, read back from the database."""
+
+    path: Path
+    coverage: list[dict] = field(default_factory=list)
+    problems: dict[str, list[dict]] = field(default_factory=dict)
+    files_indexable: int = 0
+    files_indexed: int = 0
+    table_rows: int = 0
+    table_dims: int = 0
+    models: list[str] = field(default_factory=list)
+    fts_indexed: bool = False
+    fts_unindexed_rows: int = 0
+
+    @property
+    def coverage_ratio(self) -> float:
+        return 1.0 if self.files_indexable == 0 else self.files_indexed / self.files_indexable
+
+    def paths(self, kind: str) -> list[str]:
+        return sorted({p["path"] for p in self.problems.get(kind, [])})
+
+
+def _dataset(con, name: str, pattern: Path, schema: pa.Schema) -> None:
+    if any(pattern.parent.glob(pattern.name)):
+        con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet('{pattern.as_posix()}')")
+    else:
+        empty = schema.empty_table()  # noqa: F841 - read by DuckDB's replacement scan
+        con.execute(f"CREATE TABLE {name} AS SELECT * FROM empty")
+
+
+def _vector_rows(settings: Settings) -> tuple[pa.Table, int, dict]:
+    store = VectorStore(settings.lancedb_uri, settings.table_name)
+    table = store.open()
+    if table is None:
+        return _ROWS_SCHEMA.empty_table(), 0, {}
+    # A plain scan of the columns needed: the vectors never leave the table.
+    n = table.count_rows()
+    rows = table.search().select(_ROW_COLUMNS).limit(max(n, 1)).to_arrow() if n else _ROWS_SCHEMA.empty_table()
+    fts: dict = {"indexed": False, "unindexed_rows": 0}
+    for idx in table.list_indices():
+        if FTS_COLUMN in idx.columns:
+            stats = table.index_stats(idx.name)
+            fts = {"indexed": True, "unindexed_rows": int(getattr(stats, "num_unindexed_rows", 0) or 0)}
+    return rows.cast(_ROWS_SCHEMA), store.dims(), fts
+
+
+def refresh_analytics(settings: Settings, model: str) -> CoverageReport:
+    """Rebuild the analytics database and return the coverage and problems it holds."""
+    import duckdb
+
+    assets = settings.assets_dir
+    final = settings.data_dir / DB_NAME
+    tmp = final.with_name(f".{DB_NAME}.{os.getpid()}.tmp")
+    tmp.unlink(missing_ok=True)
+    vector_rows, dims, fts = _vector_rows(settings)
+    con = duckdb.connect(str(tmp))
+    try:
+        _dataset(con, "source_files", assets / "source_files" / "??.parquet", MANIFEST_SCHEMA)
+        _dataset(con, "extraction_status", assets / "extracted_content" / "??.status.parquet", EXTRACTION_STATUS_SCHEMA)
+        _dataset(con, "indexed_state", assets / "memory_vectors" / "??.state.parquet", INDEXED_STATE_SCHEMA)
+        chunks_glob = assets / "memory_chunks" / "??.parquet"
+        if any(chunks_glob.parent.glob(chunks_glob.name)):
+            con.execute(f"CREATE VIEW memory_chunks AS SELECT * EXCLUDE (embed_text) FROM read_parquet('{chunks_glob.as_posix()}')")
+        con.execute("CREATE TABLE vector_rows AS SELECT * FROM vector_rows")
+        con.execute(FILE_STATUS_SQL)
+        con.execute(COVERAGE_SQL)
+        con.execute(PROBLEMS_SQL, {"model": model})
+        history = settings.runs_dir / "history.jsonl"
+        if history.is_file():
+            con.execute(f"CREATE VIEW runs AS SELECT * FROM read_json_auto('{history.as_posix()}')")
+        con.execute(
+            "CREATE TABLE table_info AS SELECT ? AS uri, ? AS table_name, ? AS dims, ? AS fts_indexed, ? AS fts_unindexed_rows",
+            [settings.lancedb_uri, settings.table_name, dims, fts.get("indexed", False), fts.get("unindexed_rows", 0)],
+        )
+        report = CoverageReport(path=final, table_rows=vector_rows.num_rows, table_dims=dims)
+        report.fts_indexed = bool(fts.get("indexed"))
+        report.fts_unindexed_rows = int(fts.get("unindexed_rows", 0))
+        cov = con.sql("SELECT * FROM coverage").to_arrow_table().to_pylist()
+        report.coverage = cov
+        report.files_indexable = sum(r["files_indexable"] for r in cov)
+        report.files_indexed = sum(r["files_indexed"] for r in cov)
+        for row in con.sql("SELECT kind, doc_id, path, rows, detail FROM problems ORDER BY kind, path").to_arrow_table().to_pylist():
+            report.problems.setdefault(row["kind"], []).append(row)
+        report.models = [r[0] for r in con.execute("SELECT DISTINCT embedding_model FROM vector_rows ORDER BY 1").fetchall()]
+    finally:
+        con.close()
+    os.replace(tmp, final)
+    return report
+
+
+def query(settings: Settings, sql: str) -> pa.Table:
+    """Run one read-only query against the analytics database."""
+    import duckdb
+
+    path = settings.data_dir / DB_NAME
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        return con.sql(sql).to_arrow_table()
+    finally:
+        con.close()

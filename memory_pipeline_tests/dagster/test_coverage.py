@@ -1,0 +1,152 @@
+"""index_coverage: numbers equal the truth; each check fails on its planted fault and passes after a clean run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import dagster as dg
+import lancedb
+import pytest
+
+from memory_pipeline.defs.assets import index_assets
+from memory_pipeline.defs.partitions import FULL_RANGE_TAGS
+from memory_pipeline.defs.resources import MemoryConfigResource
+from memory_pipeline.settings import load_settings
+
+CHECKS = (
+    "index_coverage_no_orphans_check",
+    "index_coverage_no_duplicates_check",
+    "index_coverage_single_model_check",
+    "index_coverage_threshold_check",
+    "index_coverage_fts_current_check",
+)
+
+
+def _run(config: Path, instance, force: bool = False):
+    return dg.materialize(
+        index_assets,
+        instance=instance,
+        resources={"memory_config": MemoryConfigResource(config_path=str(config))},
+        tags=dict(FULL_RANGE_TAGS),
+        run_config={
+            "ops": {"source_files": {"config": {"force": force}}, "memory_vectors": {"config": {"force": force}}},
+            "loggers": {"console": {"config": {"log_level": "ERROR"}}},
+        },
+        raise_on_error=False,
+    )
+
+
+def _checks(result) -> dict[str, dg.AssetCheckEvaluation]:
+    return {e.check_name: e for e in result.get_asset_check_evaluations()}
+
+
+def _coverage_meta(result) -> dict:
+    for event in result.get_asset_materialization_events():
+        mat = event.event_specific_data.materialization
+        if mat.asset_key.to_user_string() == "index_coverage":
+            return {k: getattr(v, "value", v) for k, v in mat.metadata.items()}
+    raise AssertionError("index_coverage not materialized")
+
+
+def _query(settings, sql: str) -> list[dict]:
+    import duckdb
+
+    con = duckdb.connect(str(settings.data_dir / "analytics.duckdb"), read_only=True)
+    try:
+        return con.sql(sql).to_arrow_table().to_pylist()
+    finally:
+        con.close()
+
+
+def test_coverage_equals_the_truth(sample_config: Path, sample_dir: Path):
+    settings = load_settings(sample_config)
+    with dg.instance_for_test() as instance:
+        assert _run(sample_config, instance).success
+        # Now: one new bad file, one good note broken (stale: its old rows stay), one note deleted.
+        (sample_dir / "memory" / "latin1.md").write_bytes("caf\xe9\n".encode("latin-1"))
+        broken = sample_dir / "memory" / "2026-10-19.md"
+        broken.write_bytes(broken.read_bytes() + b"\n\xff\xfe broken tail\n")
+        (sample_dir / "memory" / "2026-10-01.md").unlink()
+        (sample_dir / "empty.md").write_bytes(b"")
+        result = _run(sample_config, instance)
+        assert result.success
+        checks = _checks(result)
+    rows = {(r["source"], r["modality"]): r for r in _query(settings, "SELECT * FROM coverage")}
+    md = rows[("mem", "markdown")]
+    # 14 markdown notes shipped, one deleted, two added (latin1 + empty)
+    assert md["files_discovered"] == 15
+    assert md["files_skipped"] == 1  # empty.md
+    assert md["files_failed"] == 2  # latin1.md (never indexed) and the broken note
+    assert md["files_stale"] == 1  # the broken note still has its old rows
+    assert md["files_indexed"] == 12 and md["files_indexable"] == 14
+    sessions = rows[("mem", "session")]
+    assert sessions["files_indexed"] == sessions["files_discovered"] == 3
+    table = lancedb.connect(settings.lancedb_uri).open_table("memory_vectors")
+    assert sum(r["rows"] for r in rows.values()) == table.count_rows()
+    problems = {(p["kind"], p["path"]) for p in _query(settings, "SELECT kind, path FROM problems")}
+    assert ("stale_rows", "memory/2026-10-19.md") in problems
+    assert ("failed", "memory/latin1.md") in problems and ("failed", "memory/2026-10-19.md") in problems
+    assert ("skipped", "empty.md") in problems
+    assert not any(path == "memory/2026-10-01.md" for _, path in problems)  # deleted: gone everywhere
+    assert not any(kind in ("orphan_rows", "duplicate_chunk_id", "model_mismatch") for kind, _ in problems)
+    # coverage 15/17 indexable files; the threshold check (0.9) therefore fails and names the failures
+    assert not checks["index_coverage_threshold_check"].passed
+    failing = checks["index_coverage_threshold_check"].metadata["offending_paths"].value
+    assert failing == ["memory/2026-10-19.md", "memory/latin1.md"]
+    for name in ("index_coverage_no_orphans_check", "index_coverage_no_duplicates_check", "index_coverage_single_model_check", "index_coverage_fts_current_check"):
+        assert checks[name].passed, name
+
+
+@pytest.mark.parametrize("fault, check", [
+    ("orphan", "index_coverage_no_orphans_check"),
+    ("duplicate", "index_coverage_no_duplicates_check"),
+    ("model", "index_coverage_single_model_check"),
+])  # fmt: skip
+def test_each_check_fails_on_its_fault_and_passes_after_a_clean_run(sample_config: Path, fault: str, check: str):
+    settings = load_settings(sample_config)
+    with dg.instance_for_test() as instance:
+        first = _run(sample_config, instance)
+        assert first.success and all(e.passed for e in _checks(first).values())
+        table = lancedb.connect(settings.lancedb_uri).open_table("memory_vectors")
+        row = table.search().limit(1).to_list()[0]
+        row = {k: v for k, v in row.items() if not k.startswith("_")}
+        if fault == "orphan":
+            row |= {"chunk_id": "f" * 32, "doc_id": "mem:gone.md", "path": "gone.md"}
+        elif fault == "model":
+            row |= {"chunk_id": "e" * 32, "embedding_model": "some-other-model"}
+        table.add([row])  # "duplicate": the same chunk id a second time
+        # Touch nothing in the sources: only the coverage sees the fault.
+        planted = _run(sample_config, instance)
+        evaluation = _checks(planted)[check]
+        assert not evaluation.passed
+        assert evaluation.metadata["count"].value >= 1
+        assert row["path"] in evaluation.metadata["offending_paths"].value
+        assert not planted.success  # the check is blocking: the run stops
+        clean = _run(sample_config, instance, force=True)
+        assert clean.success
+        assert all(e.passed for e in _checks(clean).values()), {k: e.passed for k, e in _checks(clean).items()}
+
+
+def test_duckdb_file_is_queryable_without_project_code(sample_config: Path, tmp_path: Path):
+    settings = load_settings(sample_config)
+    with dg.instance_for_test() as instance:
+        assert _run(sample_config, instance).success
+    code = (
+        "import json, sys, duckdb;"
+        f"con = duckdb.connect({str(settings.data_dir / 'analytics.duckdb')!r}, read_only=True);"
+        "out = {t: con.sql(f'SELECT count(*) FROM {t}').fetchall()[0][0] for t in "
+        "['coverage', 'problems', 'file_status', 'source_files', 'vector_rows', 'indexed_state', 'extraction_status']};"
+        "out['modules'] = [m for m in sys.modules if m.startswith('memory_pipeline')];"
+        "out['cols'] = [r[0] for r in con.sql('DESCRIBE vector_rows').fetchall()];"
+        "print(json.dumps(out))"
+    )
+    proc = subprocess.run([sys.executable, "-I", "-c", code], cwd=tmp_path, capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["modules"] == []
+    assert out["file_status"] == out["source_files"] == 17
+    assert out["vector_rows"] > 40 and out["coverage"] == 2
+    assert "vector" not in out["cols"] and "chunk_id" in out["cols"]
