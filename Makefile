@@ -40,9 +40,8 @@ bench-quick: venv
 
 # dagster dev needs job control (set -m) to stop on SIGTERM when started from a script.
 ui: venv
-	@mkdir -p data/index/dagster
-	@test -f data/index/dagster/dagster.yaml || printf 'telemetry:\n  enabled: false\n' > data/index/dagster/dagster.yaml
-	set -m; DAGSTER_HOME=$(CURDIR)/data/index/dagster MEMORY_PIPELINE_CONFIG=$(CURDIR)/$(CONFIG) \
+	set -m; home=$$($(BIN)/python -c "from memory_pipeline.runner import ensure_dagster_home as h; from memory_pipeline.settings import load_settings as s; print(h(s('$(CONFIG)')))") && \
+	DAGSTER_HOME=$$home MEMORY_PIPELINE_CONFIG=$(abspath $(CONFIG)) DAGSTER_DISABLE_TELEMETRY=1 \
 		$(BIN)/dagster dev -h 127.0.0.1 -p $${PORT:-3000} -w workspace.yaml
 
 clean:

@@ -24,6 +24,11 @@ telemetry:
 compute_logs:
   module: dagster._core.storage.noop_compute_log_manager
   class: NoOpComputeLogManager
+# A run that fails for a transient reason (the machine rebooted, a worker died) is retried
+# from the failed steps (runs launched by the daemon: the sensor, the schedule, backfills).
+run_retries:
+  enabled: true
+  max_retries: 2
 """
 
 
@@ -31,7 +36,8 @@ def ensure_dagster_home(settings: Settings) -> Path:
     home = settings.dagster_home
     home.mkdir(parents=True, exist_ok=True)
     cfg = home / "dagster.yaml"
-    if not cfg.is_file():
+    # Ours is kept current; a file the user wrote is left alone.
+    if not cfg.is_file() or (cfg.read_text().startswith("# Written by memory_pipeline") and cfg.read_text() != DAGSTER_YAML):
         cfg.write_text(DAGSTER_YAML)
     return home
 
@@ -86,7 +92,7 @@ def run_index(settings: Settings, *, force: bool = False) -> dict:
 @contextmanager
 def _user_errors():
     """Unwrap Dagster's step errors: our own errors surface as themselves, with their hint."""
-    from dagster import DagsterExecutionStepExecutionError
+    from dagster import DagsterError, DagsterExecutionStepExecutionError
     from dagster._core.errors import DagsterAssetCheckFailedError
 
     try:
@@ -105,6 +111,14 @@ def _user_errors():
             f"step {err.step_key} failed: {type(cause).__name__}: {cause}",
             hint="see the run in the Dagster UI (make ui) for the traceback",
         ) from err
+    except DagsterError as err:  # e.g. retries exhausted on a transient error
+        cause: BaseException | None = err
+        while cause is not None and not isinstance(cause, MemoryPipelineError):
+            cause = cause.__cause__ or cause.__context__
+        if cause is not None:
+            raise cause from err
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise MemoryPipelineError(f"index run failed: {first}", hint="see the run in the Dagster UI (make ui)") from err
 
 
 def _metadata_by_asset(result) -> dict[str, dict]:

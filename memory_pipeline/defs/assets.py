@@ -6,19 +6,37 @@ plain functions in ``memory_pipeline.pipeline`` and reports counts as metadata.
 """
 
 
+import functools
 import importlib
+import sqlite3
 import threading
 from dataclasses import asdict
 
 import dagster as dg
 
 from memory_pipeline import pipeline
-from memory_pipeline.defs.partitions import shard_partitions
+from memory_pipeline.defs.partitions import MAINTENANCE_TAG, shard_partitions
 from memory_pipeline.defs.resources import MemoryConfigResource
-from memory_pipeline.errors import IndexMismatchError
+from memory_pipeline.errors import ConfigError, IndexMismatchError, StoreError
 
 GROUP = "memory_index"
 _MAX_LISTED = 50
+_STEP_RETRIES = 2
+
+
+def _retry_transient(fn):
+    """Retry the step on transient storage errors only (a mismatch or a bad config fails at once)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except (IndexMismatchError, ConfigError):
+            raise
+        except (StoreError, sqlite3.OperationalError) as err:
+            raise dg.RetryRequested(max_retries=_STEP_RETRIES, seconds_to_wait=2) from err
+
+    return wrapper
 
 
 class IndexRunConfig(dg.Config):
@@ -121,6 +139,7 @@ def memory_chunks(context: dg.AssetExecutionContext, memory_config: MemoryConfig
     kinds={"python", "parquet"},
     description="Vectors for the chunks of changed files: the embedding cache first, the provider for the rest.",
 )
+@_retry_transient
 def chunk_embeddings(context: dg.AssetExecutionContext, memory_config: MemoryConfigResource) -> dg.MaterializeResult:
     # lancedb takes seconds to import; do it while the model computes (torch releases the GIL).
     threading.Thread(target=importlib.import_module, args=("lancedb",), name="import-lancedb", daemon=True).start()
@@ -153,6 +172,7 @@ def chunk_embeddings(context: dg.AssetExecutionContext, memory_config: MemoryCon
     kinds={"lancedb"},
     description="The LanceDB table agents search; each changed file's rows replaced in one commit.",
 )
+@_retry_transient
 def memory_vectors(context: dg.AssetExecutionContext, config: IndexRunConfig, memory_config: MemoryConfigResource) -> dg.MaterializeResult:
     settings = memory_config.settings()
     resolved = memory_config.provider(settings)
@@ -166,9 +186,16 @@ def memory_vectors(context: dg.AssetExecutionContext, config: IndexRunConfig, me
         context.log.warning("model or dimension changed: rebuilding the table (forced)")
         pipeline.reset_index_state(settings)
         stats = pipeline.write_vectors(settings, shards, ident, recreate=True, force=True)
+    maintenance = {}
+    if context.run.tags.get(MAINTENANCE_TAG) == "true":
+        from memory_pipeline.stores.lance import VectorStore
+
+        maintenance = VectorStore(settings.lancedb_uri, settings.table_name).maintain()
+        context.log.info(f"table maintenance: {maintenance}")
     return dg.MaterializeResult(
         metadata={
             **{k: v for k, v in asdict(stats).items()},
+            **maintenance,
             "table": settings.table_name,
             "uri": settings.lancedb_uri,
         }

@@ -12,6 +12,8 @@ from memory_pipeline.discovery import SHARD_KEYS
 
 shard_partitions = dg.StaticPartitionsDefinition(list(SHARD_KEYS))
 
+MAINTENANCE_TAG = "memory_pipeline/maintenance"
+
 FULL_RANGE_TAGS = {
     "dagster/asset_partition_range_start": SHARD_KEYS[0],
     "dagster/asset_partition_range_end": SHARD_KEYS[-1],

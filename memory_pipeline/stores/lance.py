@@ -13,6 +13,7 @@ import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 
 import pyarrow as pa
 
@@ -247,6 +248,32 @@ class VectorStore:
             table.optimize()
             return {"fts": "optimized"}
         return {"fts": "current", "unindexed_rows": getattr(stats, "num_unindexed_rows", 0)}
+
+    def maintain(self, keep_versions_for: timedelta = timedelta(days=7)) -> dict:
+        """Compact fragments, fold new rows into the indices, prune versions older than a week."""
+        table = self.open()
+        if table is None:
+            return {"maintenance": "no table"}
+        before = len(table.list_versions())
+        for attempt in range(_COMMIT_RETRIES):
+            try:
+                table.optimize(cleanup_older_than=keep_versions_for)
+                break
+            except Exception as err:
+                if not _is_conflict(err) or attempt == _COMMIT_RETRIES - 1:
+                    raise StoreError(f"maintenance of {self.table_name} failed: {err}") from err
+                time.sleep(min(0.05 * 2**attempt, 2.0) * (0.5 + random.random()))
+                table.checkout_latest()
+        unindexed = 0
+        for idx in table.list_indices():
+            stats = table.index_stats(idx.name)
+            unindexed += int(getattr(stats, "num_unindexed_rows", 0) or 0)
+        return {
+            "maintenance": "optimized",
+            "versions_before": before,
+            "versions_after": len(table.list_versions()),
+            "unindexed_rows_after": unindexed,
+        }
 
     def count_rows(self) -> int:
         table = self.open()

@@ -11,7 +11,7 @@ import pytest
 
 from memory_pipeline.definitions import defs
 from memory_pipeline.defs.assets import index_assets
-from memory_pipeline.defs.partitions import FULL_RANGE_TAGS, shard_partitions
+from memory_pipeline.defs.partitions import FULL_RANGE_TAGS, MAINTENANCE_TAG, shard_partitions
 from memory_pipeline.defs.resources import MemoryConfigResource
 from memory_pipeline.defs.schedules import nightly_reconciliation_schedule
 from memory_pipeline.defs.sensors import memory_files_sensor
@@ -108,14 +108,18 @@ def test_sensor_requests_only_changed_shards(sample_config: Path, sample_dir: Pa
         assert _meta(result, "chunk_embeddings")["embedded"] >= 1
 
 
-def test_nightly_schedule_runs_every_shard_in_one_run(sample_config: Path):
+def test_nightly_schedule_runs_every_shard_in_one_run_and_maintains_the_table(sample_config: Path):
     ctx = dg.build_schedule_context()
     request = nightly_reconciliation_schedule(ctx)
-    assert request.tags == FULL_RANGE_TAGS
+    assert request.tags == {**FULL_RANGE_TAGS, MAINTENANCE_TAG: "true"}
     with dg.instance_for_test() as instance:
         result = _materialize(sample_config, instance, tags=request.tags)
         assert result.success
         assert _meta(result, "source_files")["partitions"] == 16
+        vec = _meta(result, "memory_vectors")
+        assert vec["maintenance"] == "optimized" and vec["unindexed_rows_after"] == 0
+    hits = search("恢复演练", settings=load_settings(sample_config), mode="fts")
+    assert hits and hits[0].path.endswith("2026-11-12-zh.md")  # the folded index still answers
 
 
 def test_metadata_never_carries_secrets(sample_config: Path, monkeypatch):

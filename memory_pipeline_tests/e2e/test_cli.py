@@ -181,4 +181,7 @@ def test_blocking_check_failure_exits_1_and_force_repairs(tmp_path: Path):
     assert proc.returncode == 1 and "index_coverage_no_duplicates_check" in proc.stderr
     fixed = run_json("index", "--config", str(cfg), "--json", "--force")
     assert fixed["coverage"] == 1.0 and fixed["chunks_embedded"] <= 2
-    assert table.count_rows() == fixed["table_rows"]
+    fresh = lancedb.connect(str(tmp_path / "index" / "lancedb")).open_table("memory_vectors")
+    assert fresh.count_rows() == fixed["table_rows"]
+    ids = fresh.search().select(["chunk_id"]).limit(fresh.count_rows()).to_arrow().column("chunk_id").to_pylist()
+    assert len(ids) == len(set(ids))
