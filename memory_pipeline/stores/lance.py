@@ -65,6 +65,19 @@ def _is_conflict(err: Exception) -> bool:
     return "conflict" in text or "retryable" in text or "concurrent" in text
 
 
+def _with_conflict_retry(table, action, what: str):
+    """Run ``action()``; on a commit conflict with another writer, back off, reload, try again."""
+    for attempt in range(_COMMIT_RETRIES):
+        try:
+            return action()
+        except Exception as err:
+            if not _is_conflict(err) or attempt == _COMMIT_RETRIES - 1:
+                raise StoreError(f"{what} failed: {err}") from err
+            time.sleep(min(0.05 * 2**attempt, 2.0) * (0.5 + random.random()))
+            table.checkout_latest()
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
 @dataclass
 class WriteCounts:
     inserted: int = 0
@@ -163,52 +176,39 @@ class VectorStore:
         such as duplicated chunk ids or rows of files the index has lost track of.
         """
         table = self.open()
-        counts = WriteCounts()
         condition = f"shard = {_sql_list([shard])}"
-        for attempt in range(_COMMIT_RETRIES):
-            try:
+
+        def action() -> WriteCounts:
+            before = table.count_rows(condition)
+            if before:
+                table.delete(condition)
+            if rows.num_rows:
+                table.add(rows.cast(table.schema))
+            return WriteCounts(inserted=rows.num_rows, deleted=before, commits=int(bool(before)) + int(bool(rows.num_rows)))
+
+        return _with_conflict_retry(table, action, f"write to {self.table_name}")
+
+    def _commit_with_retry(self, table, part: pa.Table, condition: str, counts: WriteCounts) -> None:
+        def action() -> WriteCounts:
+            if part.num_rows == 0:
                 before = table.count_rows(condition)
                 if before:
                     table.delete(condition)
-                counts.deleted = before
-                if rows.num_rows:
-                    table.add(rows.cast(table.schema))
-                counts.inserted = rows.num_rows
-                counts.commits = int(bool(before)) + int(bool(rows.num_rows))
-                return counts
-            except Exception as err:
-                if not _is_conflict(err) or attempt == _COMMIT_RETRIES - 1:
-                    raise StoreError(f"write to {self.table_name} failed: {err}") from err
-                time.sleep(min(0.05 * 2**attempt, 2.0) * (0.5 + random.random()))
-                table.checkout_latest()
-        return counts
+                return WriteCounts(deleted=before, commits=1)
+            result = (
+                table.merge_insert("chunk_id")
+                .when_matched_update_all()
+                .when_not_matched_insert_all()
+                .when_not_matched_by_source_delete(condition)
+                .execute(part.cast(table.schema))
+            )
+            return WriteCounts(result.num_inserted_rows, result.num_updated_rows, result.num_deleted_rows, 1)
 
-    def _commit_with_retry(self, table, part: pa.Table, condition: str, counts: WriteCounts) -> None:
-        for attempt in range(_COMMIT_RETRIES):
-            try:
-                if part.num_rows == 0:
-                    before = table.count_rows(condition)
-                    if before:
-                        table.delete(condition)
-                    counts.deleted += before
-                else:
-                    result = (
-                        table.merge_insert("chunk_id")
-                        .when_matched_update_all()
-                        .when_not_matched_insert_all()
-                        .when_not_matched_by_source_delete(condition)
-                        .execute(part.cast(table.schema))
-                    )
-                    counts.inserted += result.num_inserted_rows
-                    counts.updated += result.num_updated_rows
-                    counts.deleted += result.num_deleted_rows
-                counts.commits += 1
-                return
-            except Exception as err:
-                if not _is_conflict(err) or attempt == _COMMIT_RETRIES - 1:
-                    raise StoreError(f"write to {self.table_name} failed: {err}") from err
-                time.sleep(min(0.05 * 2**attempt, 2.0) * (0.5 + random.random()))
-                table.checkout_latest()
+        done = _with_conflict_retry(table, action, f"write to {self.table_name}")
+        counts.inserted += done.inserted
+        counts.updated += done.updated
+        counts.deleted += done.deleted
+        counts.commits += done.commits
 
     def ensure_fts(self) -> dict:
         """Create the FTS index when missing; fold new rows into it once many are unindexed.
@@ -216,15 +216,10 @@ class VectorStore:
         LanceDB's FTS also scans rows not yet indexed, so new rows are found by text at once.
         Parallel partition runs may race to do this: a commit conflict is retried.
         """
-        for attempt in range(_COMMIT_RETRIES):
-            try:
-                return self._ensure_fts()
-            except Exception as err:
-                if not _is_conflict(err) or attempt == _COMMIT_RETRIES - 1:
-                    raise StoreError(f"cannot update the full-text index of {self.table_name}: {err}") from err
-                time.sleep(min(0.05 * 2**attempt, 2.0) * (0.5 + random.random()))
-                self.open().checkout_latest()
-        return {}
+        table = self.open()
+        if table is None:
+            return {}
+        return _with_conflict_retry(table, self._ensure_fts, f"updating the full-text index of {self.table_name}")
 
     def _ensure_fts(self) -> dict:
         from lancedb.index import FTS
@@ -255,15 +250,7 @@ class VectorStore:
         if table is None:
             return {"maintenance": "no table"}
         before = len(table.list_versions())
-        for attempt in range(_COMMIT_RETRIES):
-            try:
-                table.optimize(cleanup_older_than=keep_versions_for)
-                break
-            except Exception as err:
-                if not _is_conflict(err) or attempt == _COMMIT_RETRIES - 1:
-                    raise StoreError(f"maintenance of {self.table_name} failed: {err}") from err
-                time.sleep(min(0.05 * 2**attempt, 2.0) * (0.5 + random.random()))
-                table.checkout_latest()
+        _with_conflict_retry(table, lambda: table.optimize(cleanup_older_than=keep_versions_for), f"maintenance of {self.table_name}")
         unindexed = 0
         for idx in table.list_indices():
             stats = table.index_stats(idx.name)
