@@ -147,6 +147,8 @@ def chunk_embeddings(context: dg.AssetExecutionContext, memory_config: MemoryCon
     resolved = memory_config.provider(settings)
     ident = pipeline.EmbeddingIdentity.of(resolved)
     counts = pipeline.embed_chunks(settings, list(context.partition_keys), resolved.provider, ident)
+    if counts.embedded and hasattr(resolved.provider, "release"):
+        resolved.provider.release()
     if resolved.provider is None:
         context.log.warning(f"full-text only: {resolved.reason}")
     return dg.MaterializeResult(

@@ -183,6 +183,25 @@ class LocalProvider:
                     ) from err
             return self._st
 
+    def release(self) -> None:
+        """Drop the loaded model and hand its memory back to the OS (it reloads on next use).
+
+        The index run needs the model only while embedding; the table writes and the
+        coverage that follow then run without its few hundred MB.
+        """
+        with self._lock:
+            self._direct = None
+            self._st = None
+        import gc
+
+        gc.collect()
+        try:
+            import ctypes
+
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+        except (OSError, AttributeError):  # not glibc: the memory is reused, just not returned
+            pass
+
     def _tok(self):
         if self._tokenizer is None:
             os.environ["HF_HUB_OFFLINE"] = "1"
