@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 from memory_pipeline import progress
 from memory_pipeline.chunking import CHUNKER_VERSION, chunk_segments, locator_for
 from memory_pipeline.discovery import DiscoveredFile, classify, sha256_file, shard_of, sniff, sniff_file, walk_all
-from memory_pipeline.errors import ExtractionError
+from memory_pipeline.errors import ExtractionError, ProviderError
 from memory_pipeline.extraction import extract
 from memory_pipeline.models import (
     CHUNKS_SCHEMA,
@@ -426,8 +426,6 @@ def embed_chunks(
             batch = misses[i : i + slice_size]
             out = provider.embed_documents([texts[h] for h in batch])
             if out.shape != (len(batch), ident.dims):
-                from memory_pipeline.errors import ProviderError
-
                 raise ProviderError(
                     f"provider returned vectors of shape {out.shape}, expected ({len(batch)}, {ident.dims})",
                     provider=ident.provider,
@@ -490,7 +488,7 @@ def write_vectors(
     store.ensure(ident.dims, ident.meta(), recreate=recreate)
     fp = fingerprint(settings, ident)
     now = datetime.now(timezone.utc)
-    for shard in shards:
+    for done, shard in enumerate(shards, start=1):
         manifest = {r["doc_id"]: r for r in read_manifest(settings, shard).to_pylist()}
         ext_status = read_extraction_status(settings, shard).to_pylist()
         replaced = [r["doc_id"] for r in ext_status if r["status"] == "ok"]
@@ -521,7 +519,7 @@ def write_vectors(
             pa.Table.from_pylist(sorted(state.values(), key=lambda r: r["doc_id"]), schema=INDEXED_STATE_SCHEMA),
             asset_path(settings, "memory_vectors", shard, ".state"),
         )
-        progress.report("write", shards.index(shard) + 1, len(shards), "partitions")
+        progress.report("write", done, len(shards), "partitions")
     if stats.commits:
         stats.fts = store.ensure_fts().get("fts", "")
     else:
@@ -579,10 +577,10 @@ def run_errors(settings: Settings, shards: Iterable[str]) -> list[dict]:
     """Every file not indexed for a reason: discovery skips and failures, extraction failures."""
     errors: list[dict] = []
     for shard in shards:
-        for r in read_manifest(settings, shard).to_pylist():
+        manifest = {r["doc_id"]: r for r in read_manifest(settings, shard).to_pylist()}
+        for r in manifest.values():
             if r["status"] in ("skipped", "failed"):
                 errors.append({"path": r["abs_path"], "source": r["source"], "status": r["status"], "reason": r["reason"]})
-        manifest = {r["doc_id"]: r for r in read_manifest(settings, shard).to_pylist()}
         for r in read_extraction_status(settings, shard).to_pylist():
             if r["status"] == "failed":
                 m = manifest.get(r["doc_id"], {})
@@ -645,9 +643,11 @@ def settled_summary(settings: Settings) -> dict | None:
     if current != seen:
         return None
     files_seen = 0
+    table_rows = 0
     for shard in SHARD_KEYS:
         manifest = read_manifest(settings, shard).to_pylist()
         state = {r["doc_id"]: r for r in read_state(settings, shard).to_pylist()}
+        table_rows += sum(r["chunks"] for r in state.values())
         failed = {r["doc_id"] for r in read_extraction_status(settings, shard).to_pylist() if r["status"] == "failed"}
         files_seen += len(manifest)
         present = set()
@@ -673,7 +673,7 @@ def settled_summary(settings: Settings) -> dict | None:
         "chunks_cached": 0,
         "rows_written": 0,
         "rows_deleted": 0,
-        "table_rows": sum(r["chunks"] for s in SHARD_KEYS for r in read_state(settings, s).to_pylist()),
+        "table_rows": table_rows,
         **store_meta,
         "mode": "vector+fts" if ident.dims else "fts-only",
         "skipped_run": True,

@@ -6,7 +6,6 @@ import json
 import os
 import time
 from contextlib import contextmanager
-from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -173,4 +172,4 @@ def last_run(settings: Settings) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-__all__ = ["run_index", "last_run", "ensure_dagster_home", "asdict"]
+__all__ = ["run_index", "last_run", "ensure_dagster_home"]

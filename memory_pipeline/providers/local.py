@@ -26,6 +26,14 @@ from memory_pipeline.providers.base import normalize_vectors, stable_key
 DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
 
 
+def _offline_env() -> None:
+    """Nothing from a hub, no progress bars, no tokenizer fork warnings."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+
 def default_model_path() -> Path | None:
     """Where the shipped MiniLM lives, or None when the package is not installed."""
     try:
@@ -118,9 +126,7 @@ class LocalProvider:
     def _load_direct(self):
         with self._lock:
             if self._direct is None:
-                os.environ["HF_HUB_OFFLINE"] = "1"
-                os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-                os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+                _offline_env()
                 try:
                     import torch
                     from tokenizers import Tokenizer
@@ -165,10 +171,7 @@ class LocalProvider:
     def _load_st(self):
         with self._lock:
             if self._st is None:
-                os.environ["HF_HUB_OFFLINE"] = "1"
-                os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-                os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-                os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+                _offline_env()
                 try:
                     from sentence_transformers import SentenceTransformer
                 except ImportError as err:
