@@ -11,7 +11,11 @@ export TOKENIZERS_PARALLELISM := false
 # A local wheel folder (this machine's CPU torch) is used when present; nothing else is fetched at run time.
 FIND_LINKS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
 
-.PHONY: run test bench bench-quick ui venv clean
+# Debian packages the test suite needs, as command:package; installed only when the command is missing.
+TEST_SYSTEM_PACKAGES := chromium:chromium
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: run test bench bench-quick ui venv system-packages clean
 
 venv: $(STAMP)
 
@@ -27,7 +31,14 @@ run: venv
 	@echo '$$ memory search "which vector database did we choose for the support bot"'
 	@$(BIN)/memory search --config $(CONFIG) "which vector database did we choose for the support bot"
 
-test: venv
+system-packages:
+	@missing=""; for pair in $(TEST_SYSTEM_PACKAGES); do command -v $${pair%%:*} >/dev/null || missing="$$missing $${pair#*:}"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing Debian packages:$$missing"; \
+		$(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; \
+	fi
+
+test: venv system-packages
 	@set -o pipefail; $(BIN)/python -m pytest memory_pipeline_tests; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing on purpose" >&2; exit 1; fi; exit $$rc
 
@@ -38,11 +49,12 @@ bench: venv
 bench-quick: venv
 	$(BIN)/python benchmarks/bench_index.py --quick --out benchmarks/results-quick.json
 
-# dagster dev needs job control (set -m) to stop on SIGTERM when started from a script.
+# `exec` keeps dagster dev in make's process group, so Ctrl-C or a SIGTERM to the
+# group stops the webserver, the daemon and the code server together.
 ui: venv
-	set -m; home=$$($(BIN)/python -c "from memory_pipeline.runner import ensure_dagster_home as h; from memory_pipeline.settings import load_settings as s; print(h(s('$(CONFIG)')))") && \
+	home=$$($(BIN)/python -c "from memory_pipeline.runner import ensure_dagster_home as h; from memory_pipeline.settings import load_settings as s; print(h(s('$(CONFIG)')))") && \
 	DAGSTER_HOME=$$home MEMORY_PIPELINE_CONFIG=$(abspath $(CONFIG)) DAGSTER_DISABLE_TELEMETRY=1 \
-		$(BIN)/dagster dev -h 127.0.0.1 -p $${PORT:-3000} -w workspace.yaml
+		exec $(BIN)/dagster dev -h 127.0.0.1 -p $${PORT:-3000} -w workspace.yaml
 
 clean:
 	rm -rf data/index benchmarks/work .pytest_cache
