@@ -255,16 +255,20 @@ def cmd_analytics(args) -> int:
             return 0
         coverage = query(settings, "SELECT * FROM coverage").to_pylist()
         problems = query(settings, "SELECT kind, count(*) AS files, sum(rows) AS rows FROM problems GROUP BY kind ORDER BY kind").to_pylist()
+        cost = query(settings, "SELECT * FROM embedding_cost ORDER BY provider, model").to_pylist()
     except Exception as err:  # duckdb raises its own error types for bad SQL
         if type(err).__module__.startswith("duckdb") or "duckdb" in type(err).__module__:
-            raise MemoryPipelineError(f"query failed: {str(err).splitlines()[0]}", hint="check the SQL; tables: coverage, problems, file_status, source_files, vector_rows, runs") from err
+            raise MemoryPipelineError(f"query failed: {str(err).splitlines()[0]}", hint="check the SQL; tables: coverage, problems, file_status, embedding_cost, prices, source_files, vector_rows, runs") from err
         raise
     if args.json:
-        _print_json({"coverage": coverage, "problems": problems})
+        _print_json({"coverage": coverage, "problems": problems, "embedding_cost": cost})
         return 0
     _print_rows(coverage)
     print()
     _print_rows(problems) if problems else print("no problems")
+    if cost:
+        print()
+        _print_rows(cost)
     return 0
 
 

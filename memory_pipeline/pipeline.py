@@ -671,6 +671,8 @@ def settled_summary(settings: Settings) -> dict | None:
         "chunks_total": 0,
         "chunks_embedded": 0,
         "chunks_cached": 0,
+        "tokens_embedded": 0,
+        "est_cost_usd": 0.0,
         "rows_written": 0,
         "rows_deleted": 0,
         "table_rows": table_rows,

@@ -18,6 +18,8 @@ from memory_pipeline import pipeline
 from memory_pipeline.defs.partitions import MAINTENANCE_TAG, shard_partitions
 from memory_pipeline.defs.resources import MemoryConfigResource
 from memory_pipeline.errors import ConfigError, IndexMismatchError, StoreError
+from memory_pipeline.providers.pricing import estimate_usd
+from memory_pipeline.stores.analytics import record_usage
 
 GROUP = "memory_index"
 _MAX_LISTED = 50
@@ -147,6 +149,7 @@ def chunk_embeddings(context: dg.AssetExecutionContext, memory_config: MemoryCon
     resolved = memory_config.provider(settings)
     ident = pipeline.EmbeddingIdentity.of(resolved)
     counts = pipeline.embed_chunks(settings, list(context.partition_keys), resolved.provider, ident)
+    record_usage(settings, run_id=context.run_id, provider=ident.provider, model=ident.model, chunks=counts.embedded, tokens=counts.tokens_embedded)
     if counts.embedded and hasattr(resolved.provider, "release"):
         resolved.provider.release()
     if resolved.provider is None:
@@ -161,6 +164,7 @@ def chunk_embeddings(context: dg.AssetExecutionContext, memory_config: MemoryCon
             "cached": counts.cached,
             "embedded": counts.embedded,
             "tokens": counts.tokens_embedded,
+            "est_cost_usd": estimate_usd(ident.provider, ident.model, counts.tokens_embedded) or 0.0,
             "embed_seconds": round(counts.seconds, 3),
             "mode": "vector+fts" if resolved.provider is not None else "fts-only",
         }
@@ -267,12 +271,19 @@ def index_coverage(context: dg.AssetExecutionContext, memory_config: MemoryConfi
             f"| {r['source']} | {r['modality']} | {r['files_discovered']} | {r['files_indexed']} | {r['files_skipped']} "
             f"| {r['files_failed']} | {r['files_stale']} | {r['rows']} | {r['coverage']:.1%} |"
         )
+    if report.cost:
+        table += ["", "| provider | model | rows | tokens in table | est. USD (table) |", "|---|---|---|---|---|"]
+        for c in report.cost:
+            usd = "unknown" if c["est_usd_table"] is None else f"{c['est_usd_table']:.4f}"
+            table.append(f"| {c['provider']} | {c['model']} | {c['rows']} | {c['tokens_in_table']} | {usd} |")
     return dg.MaterializeResult(
         metadata={
             "coverage": round(report.coverage_ratio, 4),
             "files_indexable": report.files_indexable,
             "files_indexed": report.files_indexed,
             "rows": report.table_rows,
+            "tokens_in_table": sum(c["tokens_in_table"] for c in report.cost),
+            "est_usd_table": round(sum(c["est_usd_table"] or 0.0 for c in report.cost), 6),
             **{f"problems_{k}": len(v) for k, v in sorted(report.problems.items())},
             "summary": dg.MetadataValue.md("\n".join(table)),
             "database": str(report.path),

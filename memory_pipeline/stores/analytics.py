@@ -12,17 +12,21 @@ Analysts need nothing from this project to query it::
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pyarrow as pa
 
 from memory_pipeline.models import EXTRACTION_STATUS_SCHEMA, INDEXED_STATE_SCHEMA, MANIFEST_SCHEMA
+from memory_pipeline.providers.pricing import estimate_usd, price_rows, usd_per_mtok
 from memory_pipeline.settings import Settings
 from memory_pipeline.stores.lance import FTS_COLUMN, VectorStore
 
 DB_NAME = "analytics.duckdb"
+USAGE_FILE = "embedding_usage.jsonl"
 _ROW_COLUMNS = ["chunk_id", "doc_id", "source", "path", "shard", "modality", "mime_type", "file_sha256", "embedding_model", "tokens", "indexed_at"]
 _ROWS_SCHEMA = pa.schema(
     [
@@ -119,6 +123,7 @@ class CoverageReport:
     models: list[str] = field(default_factory=list)
     fts_indexed: bool = False
     fts_unindexed_rows: int = 0
+    cost: list[dict] = field(default_factory=list)
 
     @property
     def coverage_ratio(self) -> float:
@@ -136,11 +141,11 @@ def _dataset(con, name: str, pattern: Path, schema: pa.Schema) -> None:
         con.execute(f"CREATE TABLE {name} AS SELECT * FROM empty")
 
 
-def _vector_rows(settings: Settings) -> tuple[pa.Table, int, dict]:
+def _vector_rows(settings: Settings) -> tuple[pa.Table, int, dict, str]:
     store = VectorStore(settings.lancedb_uri, settings.table_name)
     table = store.open()
     if table is None:
-        return _ROWS_SCHEMA.empty_table(), 0, {}
+        return _ROWS_SCHEMA.empty_table(), 0, {}, ""
     # A plain scan of the columns needed: the vectors never leave the table.
     n = table.count_rows()
     rows = table.search().select(_ROW_COLUMNS).limit(max(n, 1)).to_arrow() if n else _ROWS_SCHEMA.empty_table()
@@ -149,7 +154,82 @@ def _vector_rows(settings: Settings) -> tuple[pa.Table, int, dict]:
         if FTS_COLUMN in idx.columns:
             stats = table.index_stats(idx.name)
             fts = {"indexed": True, "unindexed_rows": int(getattr(stats, "num_unindexed_rows", 0) or 0)}
-    return rows.cast(_ROWS_SCHEMA), store.dims(), fts
+    return rows.cast(_ROWS_SCHEMA), store.dims(), fts, str(store.meta().get("provider", ""))
+
+
+_COST_SCHEMA = pa.schema(
+    [
+        ("provider", pa.string()), ("model", pa.string()), ("rows", pa.int64()), ("tokens_in_table", pa.int64()),
+        ("tokens_embedded", pa.int64()), ("usd_per_mtok", pa.float64()),
+        ("est_usd_table", pa.float64()), ("est_usd_spent", pa.float64()),
+    ]
+)  # fmt: skip
+
+
+def record_usage(settings: Settings, *, run_id: str, provider: str, model: str, chunks: int, tokens: int, batch: bool = False) -> None:
+    """Append what one embedding step sent to its provider to ``runs/embedding_usage.jsonl``.
+
+    Written by the step that embeds (CLI runs and UI backfills alike); one short
+    line per append with O_APPEND, so parallel runs never interleave.
+    """
+    if not chunks and not tokens:
+        return
+    settings.runs_dir.mkdir(parents=True, exist_ok=True)
+    line = {
+        "run_id": run_id, "provider": provider, "model": model, "chunks": chunks, "tokens": tokens, "batch": batch,
+        "est_usd": estimate_usd(provider, model, tokens, batch=batch),
+        "at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }  # fmt: skip
+    fd = os.open(settings.runs_dir / USAGE_FILE, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(fd, (json.dumps(line) + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+def _read_usage(settings: Settings) -> list[dict]:
+    path = settings.runs_dir / USAGE_FILE
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue  # a torn last line from a killed run
+    return out
+
+
+def _embedding_cost(settings: Settings, vector_rows: pa.Table, provider: str) -> pa.Table:
+    """Tokens and estimated cost per provider and model: what the table holds, and what was sent.
+
+    The table's rows carry their token counts (one generation, one provider); the
+    usage ledger carries the tokens each embedding step sent (cache hits excluded).
+    Prices: providers/pricing.py.
+    """
+    in_table: dict[tuple[str, str], list[int]] = {}
+    for model, tokens in zip(vector_rows.column("embedding_model").to_pylist(), vector_rows.column("tokens").to_pylist()):
+        if model:
+            acc = in_table.setdefault((provider, model), [0, 0])
+            acc[0] += 1
+            acc[1] += int(tokens or 0)
+    spent: dict[tuple[str, str], list] = {}
+    for use in _read_usage(settings):
+        acc = spent.setdefault((use["provider"], use["model"]), [0, 0.0])
+        acc[0] += int(use.get("tokens") or 0)
+        acc[1] = None if acc[1] is None or use.get("est_usd") is None else acc[1] + use["est_usd"]
+    rows = []
+    for key in sorted(set(in_table) | set(spent)):
+        n_rows, tokens = in_table.get(key, [0, 0])
+        sent, usd = spent.get(key, [0, 0.0])
+        rows.append(
+            {
+                "provider": key[0], "model": key[1], "rows": n_rows, "tokens_in_table": tokens,
+                "tokens_embedded": sent, "usd_per_mtok": usd_per_mtok(*key),
+                "est_usd_table": estimate_usd(*key, tokens), "est_usd_spent": None if usd is None else round(usd, 6),
+            }
+        )  # fmt: skip
+    return pa.Table.from_pylist(rows, schema=_COST_SCHEMA)
 
 
 def refresh_analytics(settings: Settings, model: str) -> CoverageReport:
@@ -160,7 +240,9 @@ def refresh_analytics(settings: Settings, model: str) -> CoverageReport:
     final = settings.data_dir / DB_NAME
     tmp = final.with_name(f".{DB_NAME}.{os.getpid()}.tmp")
     tmp.unlink(missing_ok=True)
-    vector_rows, dims, fts = _vector_rows(settings)
+    vector_rows, dims, fts, provider = _vector_rows(settings)
+    embedding_cost = _embedding_cost(settings, vector_rows, provider)  # noqa: F841 - read by DuckDB
+    prices = pa.Table.from_pylist(price_rows())  # noqa: F841 - read by DuckDB
     con = duckdb.connect(str(tmp))
     try:
         _dataset(con, "source_files", assets / "source_files" / "??.parquet", MANIFEST_SCHEMA)
@@ -170,9 +252,14 @@ def refresh_analytics(settings: Settings, model: str) -> CoverageReport:
         if any(chunks_glob.parent.glob(chunks_glob.name)):
             con.execute(f"CREATE VIEW memory_chunks AS SELECT * EXCLUDE (embed_text) FROM read_parquet('{chunks_glob.as_posix()}')")
         con.execute("CREATE TABLE vector_rows AS SELECT * FROM vector_rows")
+        con.execute("CREATE TABLE embedding_cost AS SELECT * FROM embedding_cost")
+        con.execute("CREATE TABLE prices AS SELECT * FROM prices")
         con.execute(FILE_STATUS_SQL)
         con.execute(COVERAGE_SQL)
         con.execute(PROBLEMS_SQL, {"model": model})
+        usage = settings.runs_dir / USAGE_FILE
+        if usage.is_file():
+            con.execute(f"CREATE VIEW embedding_usage AS SELECT * FROM read_json_auto('{usage.as_posix()}')")
         history = settings.runs_dir / "history.jsonl"
         if history.is_file():
             con.execute(f"CREATE VIEW runs AS SELECT * FROM read_json_auto('{history.as_posix()}')")
@@ -189,6 +276,7 @@ def refresh_analytics(settings: Settings, model: str) -> CoverageReport:
         report.files_indexed = sum(r["files_indexed"] for r in cov)
         for row in con.sql("SELECT kind, doc_id, path, rows, detail FROM problems ORDER BY kind, path").to_arrow_table().to_pylist():
             report.problems.setdefault(row["kind"], []).append(row)
+        report.cost = con.sql("SELECT * FROM embedding_cost ORDER BY provider, model").to_arrow_table().to_pylist()
         report.models = [r[0] for r in con.execute("SELECT DISTINCT embedding_model FROM vector_rows ORDER BY 1").fetchall()]
     finally:
         con.close()

@@ -150,3 +150,42 @@ def test_duckdb_file_is_queryable_without_project_code(sample_config: Path, tmp_
     assert out["file_status"] == out["source_files"] == 17
     assert out["vector_rows"] > 40 and out["coverage"] == 2
     assert "vector" not in out["cols"] and "chunk_id" in out["cols"]
+
+
+def test_tokens_and_estimated_cost_per_provider(sample_config: Path, sample_dir: Path):
+    """embedding_cost: tokens in the table equal the rows' tokens; tokens embedded equal what the runs reported."""
+    from memory_pipeline_tests.helpers import run_json
+
+    first = run_json("index", "--config", str(sample_config), "--json")
+    (sample_dir / "memory" / "2026-11-16.md").open("a").write("\n## Later\n\nWe moved the standup to 9:30 on Tuesdays.\n")
+    second = run_json("index", "--config", str(sample_config), "--json")
+    assert first["tokens_embedded"] > 0 and 0 < second["tokens_embedded"] < first["tokens_embedded"]
+    assert first["est_cost_usd"] == 0.0  # the local model costs nothing per token
+    settings = load_settings(sample_config)
+    table = lancedb.connect(settings.lancedb_uri).open_table("memory_vectors")
+    tokens = sum(table.search().select(["tokens"]).limit(table.count_rows()).to_arrow().column("tokens").to_pylist())
+    [cost] = _query(settings, "SELECT * FROM embedding_cost")
+    assert (cost["provider"], cost["model"]) == ("local", "all-MiniLM-L6-v2")
+    assert cost["rows"] == table.count_rows() and cost["tokens_in_table"] == tokens
+    assert cost["tokens_embedded"] == first["tokens_embedded"] + second["tokens_embedded"]
+    assert cost["usd_per_mtok"] == 0.0 and cost["est_usd_table"] == 0.0 and cost["est_usd_spent"] == 0.0
+    out = run_json("analytics", "--config", str(sample_config), "--json")
+    assert out["embedding_cost"] == [cost]
+
+
+def test_cost_estimate_uses_the_price_list(tmp_path: Path):
+    import pyarrow as pa
+
+    from memory_pipeline.providers.pricing import estimate_usd, usd_per_mtok
+    from memory_pipeline.settings import Settings
+    from memory_pipeline.stores.analytics import _embedding_cost
+
+    assert usd_per_mtok("openai", "text-embedding-3-small") == 0.02
+    assert usd_per_mtok("openai", "text-embedding-3-small", batch=True) == 0.01
+    assert estimate_usd("openai", "text-embedding-3-large", 2_000_000) == 0.26
+    assert usd_per_mtok("openai", "some-future-model") is None  # unknown: no estimate, not zero
+    assert usd_per_mtok("ollama", "nomic-embed-text") == 0.0
+    settings = Settings(data_dir=tmp_path, sources=())
+    rows = pa.table({"embedding_model": ["text-embedding-3-small"] * 3, "tokens": [500_000, 400_000, 100_000]})
+    [cost] = _embedding_cost(settings, rows, "openai").to_pylist()
+    assert cost["tokens_in_table"] == 1_000_000 and cost["est_usd_table"] == 0.02 and cost["tokens_embedded"] == 0
