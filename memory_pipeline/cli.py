@@ -225,7 +225,7 @@ def cmd_status(args) -> int:
         _print_json(status)
         return 0
     print(f"config:   {status['config']}")
-    if prov.get("provider"):
+    if prov.get("provider") not in (None, "none"):
         print(f"provider: {prov['provider']} / {prov.get('model')} ({prov.get('dims')} dims); requested {prov['requested']}")
     else:
         print(f"provider: none ({prov.get('reason') or prov.get('error')}) — full-text search only")

@@ -338,7 +338,7 @@ def _remote(value: Any, where: str) -> RemoteConfig:
         return RemoteConfig()
     if not isinstance(value, dict):
         raise ConfigError(f"{where}: 'remote' must be a mapping", key="remote", path=where)
-    flat = {k: v for k, v in value.items() if k not in ("providers", "batch")}
+    flat = {k: v for k, v in value.items() if k not in ("providers", "batch") and v is not None}  # null = default
     base = _section({"remote": flat}, "remote", RemoteConfig, where)
     for key in ("timeout_ms", "query_timeout_ms", "concurrency"):
         if getattr(base, key) < 1:

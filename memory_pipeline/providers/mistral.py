@@ -6,7 +6,7 @@ JSON POST is all it takes (httpx is already installed for the ``openai`` SDK).
 
 from __future__ import annotations
 
-from memory_pipeline.providers.remote import ModelInfo, RemoteCallError, RemoteProvider, post_json
+from memory_pipeline.providers.remote import ModelInfo, RemoteProvider, openai_shaped_vectors, post_json
 
 
 class MistralProvider(RemoteProvider):
@@ -27,7 +27,4 @@ class MistralProvider(RemoteProvider):
         if self.requested_dims is not None and self.info.dims_choices:
             payload["output_dimension"] = self.requested_dims
         body = post_json(self, f"{self.base_url}/v1/embeddings", payload, {"Authorization": f"Bearer {self._api_key}"}, timeout)
-        try:
-            return [d["embedding"] for d in sorted(body["data"], key=lambda d: d["index"])]
-        except (KeyError, TypeError) as err:
-            raise RemoteCallError(f"unexpected response shape: missing {err}") from None
+        return openai_shaped_vectors(body)

@@ -415,6 +415,14 @@ def post_json(provider: RemoteProvider, url: str, payload: dict, headers: dict, 
         raise RemoteCallError("the response body is not valid JSON (truncated?)", status=None) from err
 
 
+def openai_shaped_vectors(body: dict) -> list:
+    """The vectors of an OpenAI-shaped reply (``{"data": [{"index", "embedding"}]}``), in input order."""
+    try:
+        return [d["embedding"] for d in sorted(body["data"], key=lambda d: d["index"])]
+    except (KeyError, TypeError) as err:
+        raise RemoteCallError(f"unexpected response shape: missing {err}") from None
+
+
 def error_message(resp) -> str:
     """The provider's own message from an error body (OpenAI, Google, Voyage, Mistral, Ollama shapes)."""
     try:

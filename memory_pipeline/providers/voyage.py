@@ -7,7 +7,7 @@ The ``voyageai`` SDK is not a dependency: one JSON POST is all it takes.
 
 from __future__ import annotations
 
-from memory_pipeline.providers.remote import ModelInfo, RemoteCallError, RemoteProvider, post_json
+from memory_pipeline.providers.remote import ModelInfo, RemoteProvider, openai_shaped_vectors, post_json
 
 _FLEX = (256, 512, 1024, 2048)
 
@@ -34,7 +34,4 @@ class VoyageProvider(RemoteProvider):
         if self.requested_dims is not None:
             payload["output_dimension"] = self.requested_dims
         body = post_json(self, f"{self.base_url}/embeddings", payload, {"Authorization": f"Bearer {self._api_key}"}, timeout)
-        try:
-            return [d["embedding"] for d in sorted(body["data"], key=lambda d: d["index"])]
-        except (KeyError, TypeError) as err:
-            raise RemoteCallError(f"unexpected response shape: missing {err}") from None
+        return openai_shaped_vectors(body)

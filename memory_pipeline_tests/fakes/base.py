@@ -82,13 +82,22 @@ class FaultPlan:
     rng: random.Random = field(default_factory=lambda: random.Random(1234))
 
 
+_DEFAULT = object()
+
+
 class FakeServer:
-    """Base class: subclasses implement ``handle(method, path, headers, body) -> (status, headers, body)``."""
+    """Base class: subclasses implement ``handle(method, path, headers, body) -> (status, headers, body)``.
+
+    Class attributes: ``default_api_key`` (None: no auth), ``base_path`` (what the SDK's
+    base URL adds to the root, e.g. ``/v1``). Auth is a bearer token unless overridden.
+    """
 
     provider = "fake"
+    default_api_key: str | None = "test-key"
+    base_path = ""
 
-    def __init__(self, *, api_key: str | None = "test-key", dims: int = 256, retry_after: float = 0.2, timeout_s: float = 3.0) -> None:
-        self.api_key = api_key
+    def __init__(self, *, api_key: str | None = _DEFAULT, dims: int = 256, retry_after: float = 0.2, timeout_s: float = 3.0) -> None:  # type: ignore[assignment]
+        self.api_key = self.default_api_key if api_key is _DEFAULT else api_key
         self.dims = dims
         self.retry_after = retry_after
         self.timeout_s = timeout_s
@@ -146,8 +155,8 @@ class FakeServer:
 
     @property
     def base_url(self) -> str:
-        """What to give the SDK as its base URL (subclasses add their API prefix)."""
-        return self.root_url
+        """What to give the SDK as its base URL."""
+        return self.root_url + self.base_path
 
     # --- faults ---------------------------------------------------------------------
 
@@ -183,7 +192,7 @@ class FakeServer:
         return value if isinstance(value, list) else [value]
 
     def authorized(self, headers: dict[str, str]) -> bool:
-        raise NotImplementedError
+        return bearer_ok(headers, self.api_key)
 
     def error_body(self, status: int, message: str) -> dict:
         raise NotImplementedError

@@ -29,9 +29,9 @@ _PATH_RE = re.compile(r"^/(v1beta|v1|v1alpha)/models/([^/:]+):(batchEmbedContent
 
 class GeminiFake(FakeServer):
     provider = "gemini"
+    default_api_key = "gemini-test-key"
 
     def __init__(self, **kwargs) -> None:
-        kwargs.setdefault("api_key", "gemini-test-key")
         super().__init__(**kwargs)
         self.media_words: dict[str, str] = {}  # sha256 of media bytes -> words it "shows"
 

@@ -9,25 +9,16 @@ from __future__ import annotations
 
 import uuid
 
-from memory_pipeline_tests.fakes.base import FakeServer, bearer_ok
+from memory_pipeline_tests.fakes.base import FakeServer
 
 MODEL_DIMS = {"mistral-embed": 1024, "codestral-embed": 1536}
 
 
 class MistralFake(FakeServer):
     provider = "mistral"
+    default_api_key = "mistral-test-key"
+    base_path = ""
     path = "/v1/embeddings"
-
-    def __init__(self, **kwargs) -> None:
-        kwargs.setdefault("api_key", "mistral-test-key")
-        super().__init__(**kwargs)
-
-    @property
-    def base_url(self) -> str:
-        return self.root_url
-
-    def authorized(self, headers):
-        return bearer_ok(headers, self.api_key)
 
     def error_body(self, status, message):
         kind = {401: "authentication_error", 429: "rate_limited"}.get(status, "invalid_request_error" if status < 500 else "internal_error")

@@ -16,15 +16,12 @@ MODEL_DIMS = {"nomic-embed-text": 768, "mxbai-embed-large": 1024, "all-minilm": 
 
 class OllamaFake(FakeServer):
     provider = "ollama"
+    default_api_key = None
 
     def __init__(self, *, legacy_only: bool = False, models: tuple[str, ...] = ("nomic-embed-text",), **kwargs) -> None:
-        kwargs.setdefault("api_key", None)
         super().__init__(**kwargs)
         self.legacy_only = legacy_only
         self.models = models
-
-    def authorized(self, headers):
-        return True
 
     def error_body(self, status, message):
         return {"error": message}

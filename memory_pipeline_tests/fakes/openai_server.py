@@ -12,25 +12,16 @@ import base64
 
 import numpy as np
 
-from memory_pipeline_tests.fakes.base import FakeServer, bearer_ok
+from memory_pipeline_tests.fakes.base import FakeServer
 
 MODEL_DIMS = {"text-embedding-3-small": 1536, "text-embedding-3-large": 3072, "text-embedding-ada-002": 1536}
 
 
 class OpenAIFake(FakeServer):
     provider = "openai"
+    default_api_key = "sk-test-openai"
+    base_path = "/v1"
     path = "/v1/embeddings"
-
-    def __init__(self, **kwargs) -> None:
-        kwargs.setdefault("api_key", "sk-test-openai")
-        super().__init__(**kwargs)
-
-    @property
-    def base_url(self) -> str:
-        return self.root_url + "/v1"
-
-    def authorized(self, headers):
-        return bearer_ok(headers, self.api_key)
 
     def error_body(self, status, message):
         kind = {429: ("rate_limit_exceeded", "requests"), 401: ("invalid_api_key", "invalid_request_error")}.get(

@@ -8,7 +8,7 @@ Requests ``{"input": [...], "model", "input_type": "query"|"document"|null, "tru
 
 from __future__ import annotations
 
-from memory_pipeline_tests.fakes.base import FakeServer, bearer_ok
+from memory_pipeline_tests.fakes.base import FakeServer
 
 MODEL_DIMS = {"voyage-4-large": 1024, "voyage-4": 1024, "voyage-4-lite": 1024, "voyage-3.5": 1024}
 ALLOWED_DIMS = (256, 512, 1024, 2048)
@@ -16,18 +16,9 @@ ALLOWED_DIMS = (256, 512, 1024, 2048)
 
 class VoyageFake(FakeServer):
     provider = "voyage"
+    default_api_key = "pa-test-voyage"
+    base_path = "/v1"
     path = "/v1/embeddings"
-
-    def __init__(self, **kwargs) -> None:
-        kwargs.setdefault("api_key", "pa-test-voyage")
-        super().__init__(**kwargs)
-
-    @property
-    def base_url(self) -> str:
-        return self.root_url + "/v1"
-
-    def authorized(self, headers):
-        return bearer_ok(headers, self.api_key)
 
     def error_body(self, status, message):
         return {"detail": message}
