@@ -386,10 +386,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _warnings_to_stderr() -> None:
+    """Our own warnings (e.g. a search that fell back to full text) as one `[WARN]` line each."""
+    import logging
+
+    logger = logging.getLogger("memory_pipeline")
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("[WARN] %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.WARNING)
+        logger.propagate = False
+
+
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
     args = build_parser().parse_args(argv)
+    _warnings_to_stderr()
     try:
         return args.func(args)
     except MemoryPipelineError as err:

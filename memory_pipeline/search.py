@@ -20,6 +20,7 @@ compared with the query exactly), so fusion never guesses a missing leg.
 
 from __future__ import annotations
 
+import logging
 import re
 import unicodedata
 from dataclasses import asdict, dataclass
@@ -28,13 +29,14 @@ from pathlib import Path
 import numpy as np
 
 from memory_pipeline.discovery import glob_match
-from memory_pipeline.errors import ConfigError
+from memory_pipeline.errors import ConfigError, ProviderError
 from memory_pipeline.providers.registry import query_provider
-from memory_pipeline.stores import generations
 from memory_pipeline.settings import Settings, load_settings
+from memory_pipeline.stores import generations
 from memory_pipeline.stores.lance import FTS_COLUMN, VectorStore
 
 MODES = ("hybrid", "vector", "fts")
+log = logging.getLogger("memory_pipeline.search")
 BM25_HALF = 3.0
 _COLUMNS = [
     "chunk_id", "source", "path", "locator", "line_start", "line_end", "heading", "text",
@@ -142,7 +144,16 @@ def search(
     where = f"source = '{source.replace(chr(39), chr(39) * 2)}'" if source else None
     pool = max(max_results * 5, 30)
 
-    qvec = provider.embed_query(query) if provider is not None else None
+    qvec = None
+    if provider is not None and mode != "fts":
+        try:
+            qvec = provider.embed_query(query)
+        except ProviderError as err:
+            # The provider is down or refuses: full-text still answers, and says so.
+            if mode == "vector":
+                raise
+            log.warning("the query could not be embedded (%s); answering with full-text search only", err)
+            mode = "fts"
     terms = query_terms(query)
     candidates: dict[str, dict] = {}
     if mode in ("hybrid", "vector") and qvec is not None:

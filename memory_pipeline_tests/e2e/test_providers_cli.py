@@ -256,3 +256,16 @@ def test_a_sentinel_api_key_leaves_no_trace(mem: Path):
             scanned += 1
             assert needle not in path.read_bytes(), path
     assert scanned > 20 and (mem / "index" / "dagster").is_dir()
+
+
+def test_search_falls_back_to_full_text_when_the_provider_is_down(mem: Path):
+    with OpenAIFake() as fake:
+        cfg = write_config(mem / "memory_pipeline.yaml", provider="openai", dims=256, remote={"base_url": fake.base_url, **FAST, "max_retries": 1})
+        env = env_for(openai=fake)
+        run_json("index", "--config", str(cfg), "--json", env=env)
+        fake.fail_randomly(1.0, kinds=("503",))
+        proc = run_cli("search", QUERY, "--config", str(cfg), "--json", env=env)
+        assert proc.returncode == 0 and "[WARN] the query could not be embedded (openai: HTTP 503" in proc.stderr
+        assert json.loads(proc.stdout)["results"][0]["path"].endswith(EXPECTED)
+        vector_only = run_cli("search", QUERY, "--config", str(cfg), "--mode", "vector", env=env)
+        assert vector_only.returncode == 1 and vector_only.stderr.startswith("[ERROR] openai: HTTP 503")

@@ -254,3 +254,11 @@ def test_gemini_embeds_media_natively_with_a_multimodal_model():
         text_only = make("gemini", fake)
         with pytest.raises(ConfigError, match="cannot embed media"):
             text_only.embed_media([MediaItem("x.png", png, "image/png")])
+
+
+def test_an_openai_compatible_server_with_an_unknown_model_is_asked_its_dims():
+    with OpenAIFake(dims=96) as fake:
+        p = make("openai", fake, model="my-local-embedder")
+        assert p.dims == 96  # one probe request
+        assert p.embed_documents(DOCS).shape == (3, 96)
+        assert all("dimensions" not in r.body for r in fake.embed_requests())  # not sent to a model that may not take it
