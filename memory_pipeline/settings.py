@@ -23,8 +23,6 @@ DEFAULT_CONFIG_NAME = "memory_pipeline.yaml"
 
 KNOWN_PROVIDERS = ("auto", "local", "openai", "gemini", "voyage", "mistral", "ollama", "none")
 REMOTE_PROVIDERS = ("openai", "gemini", "voyage", "mistral", "ollama")
-# Providers whose modules exist in this version; the rest are refused with a clear error.
-IMPLEMENTED_PROVIDERS = KNOWN_PROVIDERS
 
 DEFAULT_INCLUDE = ("**/*",)
 DEFAULT_EXCLUDE = ("**/.*", "**/.*/**", "**/node_modules/**", "**/__pycache__/**")
