@@ -1,362 +1,301 @@
-"""A local fake of the providers' batch APIs (and the live embedding calls they fall back to).
+"""The providers' batch APIs, grown onto the live fakes (``OpenAIFake``, ``VoyageFake``, ``GeminiFake``).
 
-One HTTP server on 127.0.0.1 (random port) speaks three wire protocols, driven in
-the tests by the real SDKs:
+Each class below serves its provider's live embedding endpoint exactly as the live
+fake does (same bag-of-words vectors, same fault injection on POSTs) plus the batch
+protocol, driven in the tests by the real SDKs:
 
-- OpenAI: ``POST /v1/files`` (multipart, purpose=batch), ``POST /v1/batches``,
-  ``GET /v1/batches/{id}``, ``POST /v1/batches/{id}/cancel``,
-  ``GET /v1/files/{id}/content``, and live ``POST /v1/embeddings``;
-- Voyage: the same paths under ``/voyage/v1`` (12 h window, ``request_params``);
-- Gemini: ``POST /{version}/models/{model}:asyncBatchEmbedContent``,
-  ``GET /{version}/batches/{id}``, ``POST /{version}/batches/{id}:cancel``, and live
-  ``POST /{version}/models/{model}:batchEmbedContents``.
+- OpenAI: ``POST /v1/files`` (multipart, ``purpose=batch``), ``POST /v1/batches``
+  (``/v1/embeddings``, 24 h window), ``GET /v1/batches/{id}``,
+  ``POST /v1/batches/{id}/cancel``, ``GET /v1/files/{id}/content``;
+- Voyage: the same paths, a 12 h window, model and ``input_type`` in ``request_params``
+  and lines ``{"custom_id", "body": {"input": [...]}}``;
+- Gemini: ``POST /{version}/models/{model}:asyncBatchEmbedContent`` (inline requests),
+  ``GET /{version}/batches/{id}``, ``POST /{version}/batches/{id}:cancel``; results come
+  back inline, in request order.
 
 A batch moves validating → in_progress → finalizing → completed over
-``polls_to_complete`` polls. Fault injection, per batch in creation order
-(``service.faults``): ``expire`` (half the lines done, the rest ``batch_expired``),
-``fail`` (the whole batch fails), ``partial`` (every third line fails),
-``unavailable`` (creating a batch answers 404 "Batch API is not available"),
-``hold`` (stays in progress until ``service.release()``). Vectors are a hashed bag
-of words, so retrieval over them is meaningful and the live and batch paths return
-the same vector for the same text.
+``polls_to_complete`` status reads. Batch faults, applied per batch in creation order
+(``batch_faults``): ``expire`` (half the lines done, the rest ``batch_expired``; a
+Gemini job expires with no output), ``fail`` (the whole batch fails), ``partial``
+(every third line fails), ``unavailable`` (creating the batch answers 404 "Batch API is
+not available"), ``hold`` (stays in progress while ``held`` is true).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import math
 import re
 import threading
 import time
 from email.parser import BytesParser
 from email.policy import default as email_policy
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-API_KEY = "sk-fake-batch-0123456789abcdef"
-GEMINI_KEY = "AIzaFakeBatchKey0123456789"
-VOYAGE_KEY = "pa-fake-batch-0123456789abcdef"
+from memory_pipeline_tests.fakes.gemini_server import MODEL_DIMS as GEMINI_DIMS
+from memory_pipeline_tests.fakes.gemini_server import GeminiFake
+from memory_pipeline_tests.fakes.openai_server import MODEL_DIMS as OPENAI_DIMS
+from memory_pipeline_tests.fakes.openai_server import OpenAIFake
+from memory_pipeline_tests.fakes.voyage_server import MODEL_DIMS as VOYAGE_DIMS
+from memory_pipeline_tests.fakes.voyage_server import VoyageFake
 
 _STAGES = ("validating", "in_progress", "finalizing")
-
-
-def fake_vector(text: str, dims: int) -> list[float]:
-    """Hashed bag of words: texts sharing words point the same way."""
-    vec = [0.0] * dims
-    for word in re.findall(r"\w+", text.lower()):
-        h = hashlib.sha256(word.encode()).digest()
-        vec[int.from_bytes(h[:4], "little") % dims] += 1.0 if h[4] & 1 else -1.0
-    norm = math.sqrt(sum(v * v for v in vec)) or 1.0
-    return [v / norm for v in vec]
+_DONE = ("completed", "failed", "expired", "cancelled")
 
 
 def fake_tokens(text: str) -> int:
-    return max(1, len(re.findall(r"\w+|[^\w\s]", text)))
+    return max(1, len(text.split()))
 
 
-class BatchService:
-    """The state behind the fake: files, batches, faults and a log of what was asked."""
+class BatchState:
+    """Files, batches and batch faults; shared by the three protocol front-ends."""
 
-    def __init__(self, dims: int = 64, polls_to_complete: int = 3) -> None:
-        self.dims = dims
+    def _init_batches(self, polls_to_complete: int) -> None:
         self.polls_to_complete = polls_to_complete
-        self.faults: list[str] = []  # applied to batches in creation order ("" = none)
+        self.batch_faults: list[str] = []
         self.files: dict[str, bytes] = {}
         self.batches: dict[str, dict] = {}
-        self.log: list[tuple[str, str]] = []  # (method, path)
-        self.live_inputs: list[str] = []
         self.held = False
-        self.lock = threading.Lock()
-        self._n = 0
+        self._ids = 0
+        self._batch_lock = threading.Lock()
 
     def next_id(self, prefix: str) -> str:
-        with self.lock:
-            self._n += 1
-            return f"{prefix}{self._n:06d}"
+        with self._batch_lock:
+            self._ids += 1
+            return f"{prefix}{self._ids:06d}"
 
-    def release(self) -> None:
-        self.held = False
-
-    def count(self, method: str, pattern: str) -> int:
-        return sum(1 for m, p in self.log if m == method and re.fullmatch(pattern, p))
+    def take_batch_fault(self) -> str:
+        with self._batch_lock:
+            return self.batch_faults.pop(0) if self.batch_faults else ""
 
     def batches_created(self) -> int:
         return len(self.batches)
 
-    def take_fault(self) -> str:
-        with self.lock:
-            return self.faults.pop(0) if self.faults else ""
+    def count(self, method: str, pattern: str) -> int:
+        return sum(1 for r in self.requests if r.method == method and re.fullmatch(pattern, r.path.split("?")[0]))
+
+    def live_texts(self) -> list[str]:
+        """Texts that reached the live embedding endpoint."""
+        raise NotImplementedError
+
+    def _send(self, h, status, headers, payload) -> None:  # file contents go out as they are
+        if isinstance(payload, bytes):
+            return self._send_raw(h, status, headers, payload)
+        return super()._send(h, status, headers, payload)
 
 
-class _Handler(BaseHTTPRequestHandler):
-    service: BatchService
-    protocol_version = "HTTP/1.1"
+class _FilesAndBatches(BatchState):
+    """The OpenAI-shaped Files + Batches protocol (OpenAI and Voyage)."""
 
-    def log_message(self, *args) -> None:  # quiet
-        pass
+    window = "24h"
+    voyage = False
 
-    # plumbing
-
-    def _body(self) -> bytes:
-        n = int(self.headers.get("Content-Length") or 0)
-        return self.rfile.read(n) if n else b""
-
-    def _send(self, status: int, obj=None, raw: bytes | None = None, ctype: str = "application/json") -> None:
-        data = raw if raw is not None else json.dumps(obj).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def _auth(self, path: str) -> bool:
-        if self._is_gemini():
-            ok = self.headers.get("x-goog-api-key") == GEMINI_KEY
-        elif path.startswith("/voyage"):
-            ok = self.headers.get("Authorization") == f"Bearer {VOYAGE_KEY}"
-        else:
-            ok = self.headers.get("Authorization") == f"Bearer {API_KEY}"
-        if not ok:
-            self._send(401, {"error": {"message": "Incorrect API key provided", "type": "invalid_request_error", "code": "invalid_api_key"}})
-        return ok
-
-    def _is_gemini(self) -> bool:
-        return "x-goog-api-key" in self.headers  # google-genai authenticates with this header
-
-    def do_GET(self) -> None:
-        self._route("GET")
-
-    def do_POST(self) -> None:
-        self._route("POST")
-
-    def _route(self, method: str) -> None:
-        path = self.path.split("?", 1)[0]
-        body = self._body() if method == "POST" else b""
-        self.service.log.append((method, path))
-        if not self._auth(path):
-            return
-        try:
-            if not self._is_gemini():
-                return self._openai(method, path.removeprefix("/voyage"), body, voyage=path.startswith("/voyage"))
-            return self._gemini(method, path, body)
-        except Exception as err:  # a bug in the fake must be loud in the test, not a hang
-            self._send(500, {"error": {"message": f"fake server error: {err!r}"}})
-
-    # --- OpenAI / Voyage ----------------------------------------------------------------
-
-    def _openai(self, method: str, path: str, body: bytes, *, voyage: bool) -> None:
-        s = self.service
-        if method == "POST" and path == "/v1/embeddings":
-            req = json.loads(body)
-            inputs = req["input"] if isinstance(req["input"], list) else [req["input"]]
-            s.live_inputs.extend(inputs)
-            dims = req.get("dimensions") or req.get("output_dimension") or s.dims
-            data = [{"object": "embedding", "index": i, "embedding": fake_vector(t, dims)} for i, t in enumerate(inputs)]
-            n = sum(fake_tokens(t) for t in inputs)
-            return self._send(200, {"object": "list", "data": data, "model": req.get("model"), "usage": {"prompt_tokens": n, "total_tokens": n}})
+    def handle(self, method, path, headers, body, wrong_dims):
+        path = path.split("?", 1)[0]
         if method == "POST" and path == "/v1/files":
-            msg = BytesParser(policy=email_policy).parsebytes(
-                b"Content-Type: " + self.headers["Content-Type"].encode() + b"\r\n\r\n" + body
-            )
+            raw = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+            msg = BytesParser(policy=email_policy).parsebytes(b"Content-Type: " + headers["content-type"].encode() + b"\r\n\r\n" + raw)
             parts = {p.get_param("name", header="content-disposition"): p for p in msg.iter_parts()}
-            if parts["purpose"].get_content().strip() != "batch":
-                return self._send(400, {"error": {"message": "purpose must be batch"}})
-            fid = s.next_id("file-")
-            s.files[fid] = parts["file"].get_payload(decode=True)
-            return self._send(200, {"id": fid, "object": "file", "bytes": len(s.files[fid]), "created_at": int(time.time()),
-                                    "filename": parts["file"].get_filename(), "purpose": "batch", "status": "processed"})
+            if parts.get("purpose") is None or parts["purpose"].get_content().strip() != "batch":
+                return 400, {}, self.error_body(400, "purpose must be batch")
+            fid = self.next_id("file-")
+            self.files[fid] = parts["file"].get_payload(decode=True)
+            return 200, {}, {"id": fid, "object": "file", "bytes": len(self.files[fid]), "created_at": int(time.time()),
+                             "filename": parts["file"].get_filename(), "purpose": "batch", "status": "processed"}
         m = re.fullmatch(r"/v1/files/([\w-]+)/content", path)
         if method == "GET" and m:
-            if m.group(1) not in s.files:
-                return self._send(404, {"error": {"message": "No such file"}})
-            return self._send(200, raw=s.files[m.group(1)], ctype="application/octet-stream")
+            if m.group(1) not in self.files:
+                return 404, {}, self.error_body(404, "No such file")
+            return 200, {}, self.files[m.group(1)]
         if method == "POST" and path == "/v1/batches":
-            req = json.loads(body)
-            fault = s.take_fault()
-            if fault == "unavailable":
-                return self._send(404, {"error": {"message": "The Batch API is not available for this project", "type": "invalid_request_error"}})
-            window = "12h" if voyage else "24h"
-            if req.get("completion_window") != window or req.get("endpoint") != "/v1/embeddings":
-                return self._send(400, {"error": {"message": f"completion_window must be {window}, endpoint /v1/embeddings"}})
-            if req["input_file_id"] not in s.files:
-                return self._send(400, {"error": {"message": "input file not found"}})
-            if voyage and not (req.get("request_params") or {}).get("model"):
-                return self._send(400, {"error": {"message": "request_params.model is required"}})
-            bid = s.next_id("batch_")
-            lines = [json.loads(x) for x in s.files[req["input_file_id"]].decode().splitlines() if x.strip()]
-            s.batches[bid] = {"id": bid, "lines": lines, "req": req, "fault": fault, "polls": 0, "voyage": voyage,
-                              "status": "validating", "output_file_id": None, "error_file_id": None, "errors": None}
-            return self._send(200, self._batch_obj(s.batches[bid]))
+            return self._create(body)
         m = re.fullmatch(r"/v1/batches/([\w-]+)(/cancel)?", path)
         if m:
-            b = s.batches.get(m.group(1))
+            b = self.batches.get(m.group(1))
             if b is None:
-                return self._send(404, {"error": {"message": "No such batch"}})
+                return 404, {}, self.error_body(404, "No such batch")
             if m.group(2) and method == "POST":
-                if b["status"] not in ("completed", "failed", "expired", "cancelled"):
+                if b["status"] not in _DONE:
                     b["status"] = "cancelled"
-                return self._send(200, self._batch_obj(b))
+                return 200, {}, self._batch_obj(b)
             if method == "GET":
                 self._advance(b)
-                return self._send(200, self._batch_obj(b))
-        return self._send(404, {"error": {"message": f"unknown route {method} {path}"}})
+                return 200, {}, self._batch_obj(b)
+        return super().handle(method, path, headers, body, wrong_dims)
+
+    def _create(self, req):
+        fault = self.take_batch_fault()
+        if fault == "unavailable":
+            return 404, {}, self.error_body(404, "The Batch API is not available for this project")
+        if req.get("completion_window") != self.window or req.get("endpoint") != "/v1/embeddings":
+            return 400, {}, self.error_body(400, f"completion_window must be {self.window} and endpoint /v1/embeddings")
+        if req.get("input_file_id") not in self.files:
+            return 400, {}, self.error_body(400, "input file not found")
+        if self.voyage and not (req.get("request_params") or {}).get("model"):
+            return 400, {}, self.error_body(400, "request_params.model is required")
+        bid = self.next_id("batch_")
+        lines = [json.loads(x) for x in self.files[req["input_file_id"]].decode().splitlines() if x.strip()]
+        self.batches[bid] = {"id": bid, "lines": lines, "req": req, "fault": fault, "polls": 0, "status": "validating",
+                             "output_file_id": None, "error_file_id": None, "errors": None, "counts": None}
+        return 200, {}, self._batch_obj(self.batches[bid])
 
     def _advance(self, b: dict) -> None:
-        s = self.service
-        if b["status"] in ("completed", "failed", "expired", "cancelled"):
+        if b["status"] in _DONE:
             return
         b["polls"] += 1
-        if b["fault"] == "hold" and s.held:
-            b["status"] = "in_progress"
+        if b["fault"] == "hold" and self.held or b["polls"] < self.polls_to_complete:
+            b["status"] = "in_progress" if b["fault"] == "hold" else _STAGES[min(b["polls"], len(_STAGES) - 1)]
             return
-        if b["polls"] < s.polls_to_complete:
-            b["status"] = _STAGES[min(b["polls"], len(_STAGES) - 1)]
-            return
-        fault = b["fault"]
-        if fault == "fail":
+        if b["fault"] == "fail":
             b["status"] = "failed"
             b["errors"] = {"object": "list", "data": [{"code": "server_error", "message": "The batch failed to process", "line": None}]}
             return
         ok, bad = [], []
         for i, line in enumerate(b["lines"]):
-            if fault == "partial" and i % 3 == 0:
-                bad.append(self._line_error(line, 500, "server_error", "internal error embedding this input"))
-            elif fault == "expire" and i >= len(b["lines"]) // 2:
+            if b["fault"] == "partial" and i % 3 == 0:
+                bad.append({"id": f"batch_req_{i}", "custom_id": line["custom_id"], "error": None,
+                            "response": {"status_code": 500, "request_id": f"req_{i}",
+                                         "body": self.error_body(500, "internal error embedding this input")}})
+            elif b["fault"] == "expire" and i >= len(b["lines"]) // 2:
                 bad.append({"id": f"batch_req_{i}", "custom_id": line["custom_id"], "response": None,
                             "error": {"code": "batch_expired", "message": "This request could not be executed before the completion window expired."}})
             else:
                 ok.append(self._line_ok(b, line, i))
-        if ok:
-            b["output_file_id"] = s.next_id("file-out-")
-            s.files[b["output_file_id"]] = "".join(json.dumps(x) + "\n" for x in ok).encode()
-        if bad:
-            b["error_file_id"] = s.next_id("file-err-")
-            s.files[b["error_file_id"]] = "".join(json.dumps(x) + "\n" for x in bad).encode()
+        for kind, rows in (("output_file_id", ok), ("error_file_id", bad)):
+            if rows:
+                b[kind] = self.next_id("file-")
+                self.files[b[kind]] = "".join(json.dumps(x) + "\n" for x in rows).encode()
         b["counts"] = {"total": len(b["lines"]), "completed": len(ok), "failed": len(bad)}
-        b["status"] = "expired" if fault == "expire" else "completed"
+        b["status"] = "expired" if b["fault"] == "expire" else "completed"
 
     def _line_ok(self, b: dict, line: dict, i: int) -> dict:
-        s = self.service
-        if b["voyage"]:
-            params = b["req"]["request_params"]
-            texts = line["body"]["input"]
-            dims = params.get("output_dimension") or s.dims
-            model = params["model"]
-        else:
-            texts = [line["body"]["input"]]
-            dims = line["body"].get("dimensions") or s.dims
-            model = line["body"]["model"]
+        model, texts, dims = self._line_request(b, line)
+        data = [{"object": "embedding", "index": j, "embedding": self.vector(t, dims)} for j, t in enumerate(texts)]
         n = sum(fake_tokens(t) for t in texts)
-        data = [{"object": "embedding", "index": j, "embedding": fake_vector(t, dims)} for j, t in enumerate(texts)]
-        return {"id": f"batch_req_{i}", "custom_id": line["custom_id"],
+        return {"id": f"batch_req_{i}", "custom_id": line["custom_id"], "error": None,
                 "response": {"status_code": 200, "request_id": f"req_{i}",
-                             "body": {"object": "list", "data": data, "model": model, "usage": {"prompt_tokens": n, "total_tokens": n}}},
-                "error": None}
+                             "body": {"object": "list", "data": data, "model": model, "usage": {"prompt_tokens": n, "total_tokens": n}}}}
 
-    @staticmethod
-    def _line_error(line: dict, status: int, code: str, message: str) -> dict:
-        return {"id": "batch_req_x", "custom_id": line["custom_id"],
-                "response": {"status_code": status, "request_id": "req_x", "body": {"error": {"message": message, "type": code, "code": code}}},
-                "error": None}
-
-    @staticmethod
-    def _batch_obj(b: dict) -> dict:
-        counts = b.get("counts") or {"total": len(b["lines"]), "completed": 0, "failed": 0}
+    def _batch_obj(self, b: dict) -> dict:
+        counts = b["counts"] or {"total": len(b["lines"]), "completed": 0, "failed": 0}
         return {"id": b["id"], "object": "batch", "endpoint": "/v1/embeddings", "errors": b["errors"],
                 "input_file_id": b["req"]["input_file_id"], "completion_window": b["req"]["completion_window"],
                 "status": b["status"], "output_file_id": b["output_file_id"], "error_file_id": b["error_file_id"],
                 "created_at": int(time.time()), "request_counts": counts, "metadata": b["req"].get("metadata")}
 
-    # --- Gemini ---------------------------------------------------------------------------
 
-    def _gemini(self, method: str, path: str, body: bytes) -> None:
-        s = self.service
-        m = re.fullmatch(r"/(v1\w*)/models/([\w.-]+):(asyncBatchEmbedContent|batchEmbedContents)", path)
+class OpenAIBatchFake(_FilesAndBatches, OpenAIFake):
+    """OpenAI live embeddings plus the Batch API."""
+
+    def __init__(self, *, polls_to_complete: int = 3, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._init_batches(polls_to_complete)
+
+    def _line_request(self, b, line):
+        body = line["body"]
+        if line.get("url") != "/v1/embeddings" or line.get("method") != "POST":
+            raise ValueError("batch lines must POST /v1/embeddings")
+        return body["model"], [body["input"]], body.get("dimensions") or OPENAI_DIMS.get(body["model"], self.dims)
+
+    def live_texts(self) -> list[str]:
+        out = []
+        for r in self.embed_requests():
+            if r.path.startswith("/v1/embeddings") and isinstance(r.body, dict):
+                out += r.body["input"] if isinstance(r.body["input"], list) else [r.body["input"]]
+        return out
+
+
+class VoyageBatchFake(_FilesAndBatches, VoyageFake):
+    """Voyage live embeddings plus its batch API (12 h window, ``request_params``)."""
+
+    window = "12h"
+    voyage = True
+
+    def __init__(self, *, polls_to_complete: int = 3, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._init_batches(polls_to_complete)
+
+    def _line_request(self, b, line):
+        params = b["req"]["request_params"]
+        if params.get("input_type") != "document":
+            raise ValueError("batch input_type must be document")
+        return params["model"], line["body"]["input"], params.get("output_dimension") or VOYAGE_DIMS.get(params["model"], self.dims)
+
+    def live_texts(self) -> list[str]:
+        return [t for r in self.embed_requests() if r.path.startswith("/v1/embeddings") and isinstance(r.body, dict) for t in r.body["input"]]
+
+
+class GeminiBatchFake(BatchState, GeminiFake):
+    """Gemini live embeddings plus ``asyncBatchEmbedContent`` batch jobs."""
+
+    def __init__(self, *, polls_to_complete: int = 3, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._init_batches(polls_to_complete)
+
+    def handle(self, method, path, headers, body, wrong_dims):
+        path = path.split("?", 1)[0]
+        m = re.fullmatch(r"/(v1\w*)/models/([\w.-]+):asyncBatchEmbedContent", path)
         if method == "POST" and m:
-            req = json.loads(body)
-            if m.group(3) == "batchEmbedContents":
-                out = []
-                for r in req["requests"]:
-                    text = " ".join(p.get("text", "") for p in r["content"]["parts"])
-                    s.live_inputs.append(text)
-                    out.append({"values": fake_vector(text, r.get("outputDimensionality") or s.dims)})
-                return self._send(200, {"embeddings": out})
-            fault = s.take_fault()
+            fault = self.take_batch_fault()
             if fault == "unavailable":
-                return self._send(404, {"error": {"code": 404, "message": "Batch API is not available for this model", "status": "NOT_FOUND"}})
-            reqs = req["batch"]["inputConfig"]["requests"]["requests"]
-            bid = f"batches/{s.next_id('gb')}"
-            s.batches[bid] = {"name": bid, "model": f"models/{m.group(2)}", "reqs": reqs, "fault": fault, "polls": 0,
-                              "state": "BATCH_STATE_PENDING", "output": None,
-                              "display": req["batch"].get("displayName", "")}
-            return self._send(200, self._gemini_obj(s.batches[bid]))
+                return 404, {}, self.error_body(404, "Batch API is not available for this model")
+            reqs = body["batch"]["inputConfig"]["requests"]["requests"]
+            if any(r["request"].get("taskType") != "RETRIEVAL_DOCUMENT" for r in reqs):
+                return 400, {}, self.error_body(400, "taskType must be RETRIEVAL_DOCUMENT")
+            name = f"batches/{self.next_id('gb')}"
+            self.batches[name] = {"name": name, "model": m.group(2), "reqs": reqs, "fault": fault, "polls": 0,
+                                  "state": "BATCH_STATE_PENDING", "output": None, "display": body["batch"].get("displayName", "")}
+            return 200, {}, self._job_obj(self.batches[name])
         m = re.fullmatch(r"/(v1\w*)/(batches/[\w-]+)(:cancel)?", path)
         if m:
-            b = s.batches.get(m.group(2))
+            b = self.batches.get(m.group(2))
             if b is None:
-                return self._send(404, {"error": {"code": 404, "message": "batch not found", "status": "NOT_FOUND"}})
+                return 404, {}, self.error_body(404, "batch not found")
             if m.group(3) and method == "POST":
                 if not b["state"].endswith(("SUCCEEDED", "FAILED", "EXPIRED", "CANCELLED")):
                     b["state"] = "BATCH_STATE_CANCELLED"
-                return self._send(200, {})
+                return 200, {}, {}
             if method == "GET":
-                self._gemini_advance(b)
-                return self._send(200, self._gemini_obj(b))
-        return self._send(404, {"error": {"code": 404, "message": f"unknown route {method} {path}", "status": "NOT_FOUND"}})
+                self._advance(b)
+                return 200, {}, self._job_obj(b)
+        return super().handle(method, path, headers, body, wrong_dims)
 
-    def _gemini_advance(self, b: dict) -> None:
-        s = self.service
+    def _advance(self, b: dict) -> None:
         if b["state"].endswith(("SUCCEEDED", "FAILED", "EXPIRED", "CANCELLED")):
             return
         b["polls"] += 1
-        if b["fault"] == "hold" and s.held or b["polls"] < s.polls_to_complete:
+        if b["fault"] == "hold" and self.held or b["polls"] < self.polls_to_complete:
             b["state"] = "BATCH_STATE_RUNNING"
             return
-        if b["fault"] == "fail":
-            b["state"] = "BATCH_STATE_FAILED"
-            return
-        if b["fault"] == "expire":
-            b["state"] = "BATCH_STATE_EXPIRED"
+        if b["fault"] in ("fail", "expire"):
+            b["state"] = "BATCH_STATE_FAILED" if b["fault"] == "fail" else "BATCH_STATE_EXPIRED"
             return
         responses = []
         for i, r in enumerate(b["reqs"]):
-            text = " ".join(p.get("text", "") for p in r["request"]["content"]["parts"])
             if b["fault"] == "partial" and i % 3 == 0:
                 responses.append({"error": {"code": 13, "message": "internal error embedding this input"}})
-            else:
-                dims = r["request"].get("outputDimensionality") or s.dims
-                responses.append({"response": {"embedding": {"values": fake_vector(text, dims)}, "tokenCount": fake_tokens(text)}})
+                continue
+            values, err = self._embed_one(b["model"], {**r["request"], "model": f"models/{b['model']}"}, False)
+            text = " ".join(p.get("text", "") for p in r["request"]["content"]["parts"])
+            responses.append({"error": {"code": 3, "message": err}} if values is None
+                             else {"response": {"embedding": {"values": values}, "tokenCount": fake_tokens(text)}})
         b["output"] = {"inlinedResponses": {"inlinedResponses": responses}}
         b["state"] = "BATCH_STATE_SUCCEEDED"
 
     @staticmethod
-    def _gemini_obj(b: dict) -> dict:
+    def _job_obj(b: dict) -> dict:
         meta = {"@type": "type.googleapis.com/google.ai.generativelanguage.v1main.EmbedContentBatch",
-                "model": b["model"], "displayName": b["display"], "state": b["state"],
+                "model": f"models/{b['model']}", "displayName": b["display"], "state": b["state"],
                 "createTime": "2026-11-30T02:00:00Z", "updateTime": "2026-11-30T02:00:01Z"}
         if b["output"] is not None:
             meta["output"] = b["output"]
         return {"name": b["name"], "metadata": meta}
 
+    def live_texts(self) -> list[str]:
+        out = []
+        for r in self.embed_requests():
+            if ":batchEmbedContents" in r.path or ":embedContent" in r.path:
+                reqs = r.body.get("requests") if ":batch" in r.path else [r.body]
+                out += [" ".join(p.get("text", "") for p in q["content"]["parts"]) for q in reqs]
+        return out
 
-class FakeBatchServer:
-    """``with FakeBatchServer() as fake: fake.url, fake.service``"""
 
-    def __init__(self, dims: int = 64, polls_to_complete: int = 3) -> None:
-        self.service = BatchService(dims=dims, polls_to_complete=polls_to_complete)
-        handler = type("Handler", (_Handler,), {"service": self.service})
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, name="fake-batch", daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
-
-    def __enter__(self) -> FakeBatchServer:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+__all__ = ["OpenAIBatchFake", "VoyageBatchFake", "GeminiBatchFake", "GEMINI_DIMS"]
