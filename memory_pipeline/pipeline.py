@@ -24,9 +24,11 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401  (pa.compute)
 import pyarrow.parquet as pq
 
 from memory_pipeline import progress
+from memory_pipeline.batching.stage import embed_batched
 from memory_pipeline.chunking import CHUNKER_VERSION, chunk_segments, locator_for
 from memory_pipeline.discovery import DiscoveredFile, classify, sha256_file, shard_of, sniff, sniff_file, walk_all
 from memory_pipeline.errors import ExtractionError, ProviderError
@@ -388,6 +390,9 @@ class EmbedCounts:
     tokens_embedded: int = 0
     dims: int = 0
     seconds: float = 0.0
+    batched: int = 0  # vectors that came back from provider batch jobs
+    pending: int = 0  # chunks whose batch job is still running (remote.batch.wait: false)
+    batch: dict | None = None  # the run's batch metrics (jobs, requests, tokens, fallbacks, cost)
 
 
 def embed_chunks(
@@ -402,13 +407,15 @@ def embed_chunks(
         return counts
     texts: dict[str, str] = {}
     tokens: dict[str, int] = {}
-    for table in chunk_tables.values():
+    shards_of: dict[str, set[str]] = defaultdict(set)
+    for shard, table in chunk_tables.items():
         counts.chunks += table.num_rows
         for h, t, n in zip(
             table.column("content_hash").to_pylist(), table.column("embed_text").to_pylist(), table.column("tokens").to_pylist()
         ):
             texts.setdefault(h, t)
             tokens.setdefault(h, n)
+            shards_of[h].add(shard)
     counts.unique = len(texts)
     keys = {h: cache_key(ident.provider, ident.model, ident.provider_key, ident.dims, h) for h in texts}
     vectors: dict[str, np.ndarray] = {}
@@ -422,6 +429,24 @@ def embed_chunks(
         counts.cached = len(vectors)
         misses = sorted((h for h in texts if h not in vectors), key=lambda h: len(texts[h]))
         started = time.perf_counter()
+        pending: set[str] = set()
+        batched = embed_batched(
+            settings,
+            provider,
+            ident,
+            {h: texts[h] for h in misses},
+            tokens,
+            shards_of,
+            on_vectors=(lambda got: cache.put_many((keys[h], v) for h, v in got.items() if h in keys)) if cache is not None else None,
+            on_submitted=lambda: _fault("batch_after_submit"),
+        )
+        if batched is not None:
+            vectors.update((h, v) for h, v in batched.vectors.items() if h in texts)
+            pending = batched.pending
+            counts.batched = sum(1 for h in misses if h in vectors)
+            counts.pending = len(pending)
+            # What the batch could not do (failed, expired beyond retry, disabled) is embedded live now.
+            misses = [h for h in misses if h not in vectors and h not in pending]
         slice_size = max(int(os.environ.get(EMBED_SLICE_ENV, EMBED_SLICE)), 1)
         for i in range(0, len(misses), slice_size):
             batch = misses[i : i + slice_size]
@@ -440,6 +465,12 @@ def embed_chunks(
             progress.report("embed", counts.embedded, len(misses), "chunks")
             _fault("embed_after_first_batch")
         counts.seconds = time.perf_counter() - started
+        if batched is not None:
+            m = batched.metrics
+            m.live_fallbacks, m.live_tokens, m.cache_hits = counts.embedded, counts.tokens_embedded, counts.cached
+            m.finish_costs()
+            counts.batch = m.as_dict()
+            counts.embedded += counts.batched
         if cache is not None and counts.embedded:
             cache.prune()
     finally:
@@ -447,7 +478,8 @@ def embed_chunks(
             cache.close()
     schema = embeddings_schema(ident.dims)
     for s, table in chunk_tables.items():
-        hashes = sorted(set(table.column("content_hash").to_pylist()))
+        # Chunks still in a running batch job get no vector yet: their files wait (memory_vectors skips them).
+        hashes = sorted(h for h in set(table.column("content_hash").to_pylist()) if h in vectors)
         arr = np.stack([vectors[h] for h in hashes]).astype(np.float32) if hashes else np.zeros((0, ident.dims), np.float32)
         vec = pa.FixedSizeListArray.from_arrays(pa.array(arr.reshape(-1), type=pa.float32()), ident.dims)
         _write(pa.Table.from_arrays([pa.array(hashes, type=pa.string()), vec], schema=schema), asset_path(settings, "chunk_embeddings", s))
@@ -470,6 +502,7 @@ class WriteStats:
     fts: str = ""
     table: str = ""
     generation: str = ""  # current | building | switched (the new generation became current)
+    files_pending: int = 0  # files whose vectors are still in a running batch job
 
 
 def _search_text(heading: str, text: str, path: str) -> str:
@@ -500,8 +533,15 @@ def write_vectors(
         replaced = [r["doc_id"] for r in ext_status if r["status"] == "ok"]
         deleted = read_deletions(settings, shard).column("doc_id").to_pylist()
         chunks = read_chunks(settings, shard)
+        waiting = _docs_waiting_for_vectors(settings, shard, chunks, ident)
+        if waiting:
+            # Their vectors are in a batch job still running: they keep their current rows until it is in.
+            chunks = chunks.filter(pa.compute.invert(pa.compute.is_in(chunks.column("doc_id"), pa.array(sorted(waiting)))))
+            replaced = [d for d in replaced if d not in waiting]
+            stats.files_pending += len(waiting)
         rows = _table_rows(chunks, settings, shard, ident, now)
-        counts = store.replace_shard(rows, shard) if force else store.replace_docs(rows, replaced + deleted)
+        whole = force and not waiting
+        counts = store.replace_shard(rows, shard) if whole else store.replace_docs(rows, replaced + deleted)
         _fault("write_after_first_commit")
         stats.files_replaced += len(replaced)
         stats.files_deleted += len(deleted)
@@ -512,7 +552,7 @@ def write_vectors(
         stats.commits += counts.commits
         # Record what the table now holds, only after the commit succeeded.
         state = {r["doc_id"]: r for r in read_state(settings, shard).to_pylist()}
-        if force:
+        if whole:
             state = {}
         for d in deleted:
             state.pop(d, None)
@@ -548,6 +588,15 @@ def build_complete(settings: Settings, fp: str) -> bool:
             if row["status"] == "ok" and state.get(row["doc_id"]) != fp and row["doc_id"] not in failed:
                 return False
     return True
+
+
+def _docs_waiting_for_vectors(settings: Settings, shard: str, chunks: pa.Table, ident: EmbeddingIdentity) -> set[str]:
+    """Files of the shard with a chunk that has no vector yet (a ``wait: false`` batch still running)."""
+    if ident.dims <= 0 or chunks.num_rows == 0:
+        return set()
+    path = asset_path(settings, "chunk_embeddings", shard)
+    have = set(pq.read_table(path, columns=["content_hash"]).column("content_hash").to_pylist()) if path.is_file() else set()
+    return {d for d, h in zip(chunks.column("doc_id").to_pylist(), chunks.column("content_hash").to_pylist()) if h not in have}
 
 
 def _table_rows(chunks: pa.Table, settings: Settings, shard: str, ident: EmbeddingIdentity, now: datetime) -> pa.Table:
