@@ -162,6 +162,7 @@ def cmd_status(args) -> int:
     from memory_pipeline import pipeline
     from memory_pipeline.discovery import SHARD_KEYS
     from memory_pipeline.providers.registry import resolve_provider
+    from memory_pipeline.batching.report import batch_status
     from memory_pipeline.runner import last_run
     from memory_pipeline.stores.cache import EmbeddingCache
     from memory_pipeline.stores.lance import VectorStore
@@ -216,6 +217,7 @@ def cmd_status(args) -> int:
         "sources": per_source,
         "cache": {"enabled": settings.cache.enabled, "entries": cache_entries, "max_entries": settings.cache.max_entries, "path": str(settings.cache_path)},
         "last_run": last_run(settings),
+        "batch": batch_status(settings),
     }
     if status["last_run"]:
         status["last_run"] = {k: v for k, v in status["last_run"].items() if k != "errors"} | {
@@ -242,6 +244,7 @@ def cmd_status(args) -> int:
     print(f"cache:    {c['entries']} / {c['max_entries']} entries ({'on' if c['enabled'] else 'off'})")
     lr = status["last_run"]
     print(f"last run: {lr['finished_at']} ({lr['files_changed']} changed, {lr['errors']} errors)" if lr else "last run: never")
+    _print_batch_status(status["batch"])
     return 0
 
 
@@ -269,11 +272,30 @@ def cmd_generations(args) -> int:
     return 0
 
 
+def _print_batch_status(b: dict) -> None:
+    state = "on" if b["enabled"] else "off"
+    print(f"batch:    {state} (wait: {'yes' if b['wait'] else 'no'}), {len(b['pending_jobs'])} pending jobs")
+    for j in b["pending_jobs"]:
+        print(f"          {j['provider']} {j['job_id'] or '(submitting)'}: {j['remote_status'] or j['state']}, "
+              f"{j['requests']} requests, {j['age_s']}s old" + (" (finished: the next run collects it)" if j["ready"] else ""))
+    for name, p in b["providers"].items():
+        if p["disabled"]:
+            print(f"          {name}: batching DISABLED ({p['reason']}); `memory doctor --reset-batch` re-enables it")
+        elif p["failures"]:
+            print(f"          {name}: {p['failures']} recent batch failure(s)")
+
+
 # --- doctor ------------------------------------------------------------------------------
 
 
 def cmd_doctor(args) -> int:
     from memory_pipeline.doctor import run_doctor
+
+    if getattr(args, "reset_batch", False):
+        from memory_pipeline.batching.report import reset_batch
+
+        names = reset_batch(_settings(args))
+        print(f"batching re-enabled for: {', '.join(names)}" if names else "batching was not disabled for any provider", file=sys.stderr)
 
     report = run_doctor(args.config)
     if args.json:
@@ -378,6 +400,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("doctor", parents=[common], help="check the config, each provider (one test embedding), the table and the cache")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--reset-batch", action="store_true", help="re-enable provider batch APIs disabled after failures")
     p.set_defaults(func=cmd_doctor)
 
     p = sub.add_parser("status", parents=[common], help="provider, table, sources, cache and last run")

@@ -162,6 +162,8 @@ def _summary(settings: Settings, meta: dict[str, dict], run_id: str, seconds: fl
         "model": emb.get("model", ""),
         "dims": int(emb.get("dims", 0)),
         "mode": emb.get("mode", ""),
+        "batch": emb.get("batch", {"enabled": False}),
+        "files_pending": int(vec.get("files_pending", 0)),
         "requested_provider": emb.get("requested_provider", settings.provider),
         "fallback_reason": emb.get("fallback_reason", ""),
         "generation": vec.get("generation", ""),

@@ -52,3 +52,36 @@ def embed_batched(
             on_submitted=on_submitted,
         )
         return engine.run(texts, tokens, shards_of)
+
+
+def poll_ready_jobs(settings: Settings, provider, ident) -> list:
+    """One status call per open job of this provider (no download); returns the jobs that have finished.
+
+    What the ``wait: false`` sensor runs: a finished job's shards get a run, whose
+    embedding stage downloads the results and materializes the rest of the graph.
+    """
+    path = store_path(settings.data_dir)
+    if provider is None or not path.is_file():
+        return []
+    backend = backend_for(provider)
+    if backend is None:
+        return []
+    from memory_pipeline.batching.backends import BatchApiError
+
+    ready = []
+    with JobStore(path) as store:
+        for job in store.open_jobs(ident.provider_key):
+            if job.state != "submitted":
+                continue
+            if not job.ready:
+                try:
+                    status = backend.poll(job.remote_id or "", job.meta)
+                except BatchApiError as err:
+                    if err.status != 404:
+                        continue  # transient: the next tick asks again
+                    status = None  # gone at the provider: the run settles it (falls back)
+                store.set_status(job.local_id, status.remote_status if status else "not found", ready=status is None or status.terminal)
+                job = store.get(job.local_id)
+            if job is not None and job.ready:
+                ready.append(job)
+    return ready

@@ -183,8 +183,29 @@ def chunk_embeddings(context: dg.AssetExecutionContext, memory_config: MemoryCon
             "fallback_reason": resolved.reason if resolved.fallback_from else "",
             "requests": int(getattr(resolved.provider, "stats", {}).get("requests", 0)),
             "retries": int(getattr(resolved.provider, "stats", {}).get("retries", 0)),
+            **_batch_metadata(counts),
         }
     )
+
+
+def _batch_metadata(counts: pipeline.EmbedCounts) -> dict:
+    """The run's batch-API metrics: flat numbers to chart, plus the whole record as JSON."""
+    b = counts.batch
+    if b is None:
+        return {"batch": dg.MetadataValue.json({"enabled": False})}
+    flat = {
+        "batch_jobs_submitted": b["jobs_submitted"],
+        "batch_jobs_resumed": b["jobs_resumed"],
+        "batch_jobs_pending": b["jobs_pending"],
+        "batch_requests": b["requests_submitted"],
+        "batch_tokens": b["batch_tokens"],
+        "batched": counts.batched,
+        "pending": counts.pending,
+        "live_fallbacks": b["live_fallbacks"],
+        "cache_hits": b["cache_hits"],
+    }
+    costs = {k: dg.MetadataValue.float(float(b[k])) for k in ("estimated_cost_usd", "live_cost_usd") if b[k] is not None}
+    return {**flat, **costs, "batch": dg.MetadataValue.json(b)}
 
 
 @dg.asset(

@@ -25,3 +25,25 @@ def memory_files_sensor(context: dg.SensorEvaluationContext, memory_config: Memo
     context.update_cursor(json.dumps(current, sort_keys=True))
     if not changed:
         yield dg.SkipReason("no file changed")
+
+
+@dg.sensor(job=index_job, minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.STOPPED)
+def batch_jobs_sensor(context: dg.SensorEvaluationContext, memory_config: MemoryConfigResource):
+    """With ``remote.batch.wait: false``: poll the open batch jobs; when one has finished, run its shards.
+
+    The run resumes the job (no second submission), downloads its results into the
+    cache and materializes the rest of the graph for the files that were waiting.
+    """
+    from memory_pipeline.batching.stage import poll_ready_jobs
+
+    settings = memory_config.settings()
+    resolved = memory_config.provider(settings)
+    ident = pipeline.EmbeddingIdentity.of(resolved)
+    jobs = poll_ready_jobs(settings, resolved.provider, ident)
+    requested = 0
+    for job in jobs:
+        for shard in job.shards:
+            requested += 1
+            yield dg.RunRequest(partition_key=shard, run_key=f"batch:{job.local_id}:{shard}", tags={"memory_pipeline/batch_job": job.remote_id or ""})
+    if not requested:
+        yield dg.SkipReason("no batch job has finished")

@@ -46,7 +46,7 @@ def test_definitions_load_and_name_everything():
     keys = {k.to_user_string() for k in repo.asset_graph.get_all_asset_keys()}
     assert keys == {"source_files", "extracted_content", "memory_chunks", "chunk_embeddings", "memory_vectors", "index_coverage"}
     assert repo.has_job("index_job")
-    assert {s.name for s in repo.sensor_defs} == {"memory_files_sensor"}
+    assert {s.name for s in repo.sensor_defs} == {"memory_files_sensor", "batch_jobs_sensor"}
     assert {s.name for s in repo.schedule_defs} == {"nightly_reconciliation_schedule"}
     assert len(shard_partitions.get_partition_keys()) == 16
 
