@@ -430,6 +430,10 @@ def embed_chunks(
         misses = sorted((h for h in texts if h not in vectors), key=lambda h: len(texts[h]))
         started = time.perf_counter()
         pending: set[str] = set()
+
+        def _key(h: str) -> str:
+            return keys.get(h) or cache_key(ident.provider, ident.model, ident.provider_key, ident.dims, h)
+
         batched = embed_batched(
             settings,
             provider,
@@ -437,7 +441,8 @@ def embed_chunks(
             {h: texts[h] for h in misses},
             tokens,
             shards_of,
-            on_vectors=(lambda got: cache.put_many((keys[h], v) for h, v in got.items() if h in keys)) if cache is not None else None,
+            # Every vector a job returns goes to the cache, also those of other shards' files: their runs find them there.
+            on_vectors=(lambda got: cache.put_many((_key(h), v) for h, v in got.items())) if cache is not None else None,
             on_submitted=lambda: _fault("batch_after_submit"),
         )
         if batched is not None:

@@ -296,6 +296,9 @@ def settings_from_dict(raw: Any, *, base_dir: Path, config_path: Path | None = N
             f"{where}: chunking.overlap must be >= 0 and smaller than chunking.tokens", key="chunking.overlap", path=where
         )
     cache = _section(raw, "cache", CacheConfig, where)
+    if remote.batch.enabled and not cache.enabled:
+        # Batch results wait in the cache until every file that needs them is written (and a resumed run finds them there).
+        raise ConfigError(f"{where}: remote.batch.enabled needs cache.enabled: true", key="remote.batch.enabled", path=where)
     if cache.max_entries < 1:
         raise ConfigError(f"{where}: cache.max_entries must be >= 1", key="cache.max_entries", path=where)
     query = _section(raw, "query", QueryConfig, where)
@@ -360,6 +363,9 @@ def _remote(value: Any, where: str) -> RemoteConfig:
         _check_url(o.base_url, f"remote.providers.{name}.base_url", where)
         providers[name] = o
     batch = _section({"remote.batch": value.get("batch") or {}}, "remote.batch", RemoteBatchConfig, where)
+    for key in ("concurrency", "poll_interval_ms", "timeout_ms"):
+        if getattr(batch, key) < 1:
+            raise ConfigError(f"{where}: remote.batch.{key} must be >= 1", key=f"remote.batch.{key}", path=where)
     return replace(base, providers=providers, batch=batch)
 
 
