@@ -281,10 +281,12 @@ class BatchEmbedder:
             if not status.terminal:
                 still.append(job)
                 continue
-            self._settle(job, status, need, texts, tokens, out, fallback, requeue)
+            if not self._settle(job, status, need, texts, tokens, out, fallback, requeue):
+                still.append(job)  # its results could not be downloaded yet: try again
         return still
 
-    def _settle(self, job: _Open, status: JobStatus, need, texts, tokens, out: BatchOutcome, fallback, requeue) -> None:
+    def _settle(self, job: _Open, status: JobStatus, need, texts, tokens, out: BatchOutcome, fallback, requeue) -> bool:
+        """Collect a finished job; False when its results could not be downloaded (it stays open)."""
         m = out.metrics
         results = None
         if status.state in ("completed", "expired") or status.meta.get("output_file_id") or status.meta.get("error_file_id"):
@@ -292,7 +294,7 @@ class BatchEmbedder:
                 results = self.backend.results(job.record.remote_id or "", status, job.keys)
             except BatchApiError as err:
                 log.warning("batch results could not be downloaded (will retry): %s", err)
-                return  # stays open in the store: the next run or poll tries again
+                return False  # stays open in the store: the next round, run or sensor tick tries again
         got = self._accept(job, results, out) if results is not None else set()
         missing = [k for k in job.keys if k not in got and k in need]
         if status.state == "completed":
@@ -304,7 +306,7 @@ class BatchEmbedder:
                 self.store.record_success(self.provider)
             # A partially failed job keeps its good lines; the failed ones are retried live.
             fallback.update(missing)
-            return
+            return True
         reason = status.error or f"batch {status.remote_status}"
         self.store.finish(job.record.local_id, status.state, reason)
         m.jobs_failed += 1
@@ -315,6 +317,7 @@ class BatchEmbedder:
             requeue.extend(BatchRequest(k, texts[k], int(tokens.get(k, job.tokens.get(k, 0)))) for k in missing if k in texts)
         else:
             fallback.update(missing)
+        return True
 
     def _settle_failed(self, job: _Open, need, out: BatchOutcome, fallback, reason: str, *, state: str) -> None:
         self.store.finish(job.record.local_id, state, reason)
