@@ -12,7 +12,6 @@ from pathlib import Path
 from memory_pipeline import pipeline
 from memory_pipeline.discovery import SHARD_KEYS
 from memory_pipeline.errors import MemoryPipelineError, PrimaryFailed
-from memory_pipeline.providers.pricing import estimate_usd
 from memory_pipeline.settings import Settings
 
 DAGSTER_YAML = """\
@@ -153,8 +152,8 @@ def _summary(settings: Settings, meta: dict[str, dict], run_id: str, seconds: fl
         "chunks_total": int(chunks.get("chunks", 0)),
         "chunks_embedded": int(emb.get("embedded", 0)),
         "chunks_cached": int(emb.get("cached", 0)),
-        "tokens_embedded": int(emb.get("tokens", 0)),
-        "est_cost_usd": estimate_usd(emb.get("provider", ""), emb.get("model", ""), int(emb.get("tokens", 0))),
+        "tokens_embedded": int(emb.get("tokens_total", 0)),
+        "est_cost_usd": emb.get("est_cost_usd"),
         "rows_written": int(vec.get("rows_written", 0)),
         "rows_deleted": int(vec.get("rows_deleted", 0)),
         "table_rows": int(vec.get("table_rows", 0)),

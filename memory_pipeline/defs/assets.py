@@ -18,7 +18,7 @@ from memory_pipeline import pipeline
 from memory_pipeline.defs.partitions import MAINTENANCE_TAG, shard_partitions
 from memory_pipeline.defs.resources import MemoryConfigResource
 from memory_pipeline.errors import ConfigError, IndexMismatchError, PrimaryFailed, ProviderError, StoreError
-from memory_pipeline.providers.pricing import estimate_usd
+from memory_pipeline.providers.pricing import estimate
 from memory_pipeline.stores.analytics import record_usage
 
 GROUP = "memory_index"
@@ -161,7 +161,10 @@ def chunk_embeddings(context: dg.AssetExecutionContext, memory_config: MemoryCon
         raise PrimaryFailed(
             f"{err}; the fallback {settings.fallback} takes over from the next run", provider=ident.provider, status=err.status
         ) from err
-    record_usage(settings, run_id=context.run_id, provider=ident.provider, model=ident.model, chunks=counts.embedded, tokens=counts.tokens_embedded)
+    batch_tokens = int((counts.batch or {}).get("batch_tokens", 0))
+    cost = estimate(ident.provider, ident.model, batch_tokens=batch_tokens, live_tokens=counts.tokens_embedded)
+    record_usage(settings, run_id=context.run_id, provider=ident.provider, model=ident.model, chunks=counts.embedded - counts.batched, tokens=counts.tokens_embedded)
+    record_usage(settings, run_id=context.run_id, provider=ident.provider, model=ident.model, chunks=counts.batched, tokens=batch_tokens, batch=True)
     if counts.embedded and hasattr(resolved.provider, "release"):
         resolved.provider.release()
     if resolved.provider is None:
@@ -176,7 +179,8 @@ def chunk_embeddings(context: dg.AssetExecutionContext, memory_config: MemoryCon
             "cached": counts.cached,
             "embedded": counts.embedded,
             "tokens": counts.tokens_embedded,
-            "est_cost_usd": estimate_usd(ident.provider, ident.model, counts.tokens_embedded) or 0.0,
+            "tokens_total": counts.tokens_embedded + batch_tokens,
+            "est_cost_usd": cost["estimated_cost_usd"],
             "embed_seconds": round(counts.seconds, 3),
             "mode": "vector+fts" if resolved.provider is not None else "fts-only",
             "requested_provider": resolved.requested,

@@ -1,38 +1,39 @@
 """What embedding costs: list prices per million input tokens, for cost estimates.
 
-Prices are the providers' published list prices for live calls (USD per 1M input
-tokens, as of 2026-11); batch APIs bill half at OpenAI, Gemini and Voyage. They
-change: the numbers here are estimates for reports, never billing. A model not
-listed has no estimate (``None``), rather than a made-up zero.
+USD per 1M input tokens, (live, batch), as published by each provider when this
+table was written (OpenAI and Gemini batch: half price; Voyage batch: a third
+off). They change: the numbers are estimates for reports, never invoices. A
+model not listed gets no estimate (``None``) rather than a made-up one; providers
+that run on the user's machine cost nothing per token.
 """
 
 from __future__ import annotations
 
-# Providers that run on the user's machine cost nothing per token.
 FREE_PROVIDERS = frozenset({"local", "ollama", "none", ""})
 
-LIVE_USD_PER_MTOK: dict[tuple[str, str], float] = {
-    ("openai", "text-embedding-3-small"): 0.02,
-    ("openai", "text-embedding-3-large"): 0.13,
-    ("openai", "text-embedding-ada-002"): 0.10,
-    ("gemini", "gemini-embedding-001"): 0.15,
-    ("gemini", "gemini-embedding-2-preview"): 0.20,
-    ("voyage", "voyage-4-large"): 0.12,
-    ("voyage", "voyage-4"): 0.06,
-    ("voyage", "voyage-4-lite"): 0.02,
-    ("mistral", "mistral-embed"): 0.10,
+PRICES_PER_MILLION: dict[tuple[str, str], tuple[float, float]] = {
+    ("openai", "text-embedding-3-small"): (0.02, 0.01),
+    ("openai", "text-embedding-3-large"): (0.13, 0.065),
+    ("openai", "text-embedding-ada-002"): (0.10, 0.05),
+    ("gemini", "gemini-embedding-001"): (0.15, 0.075),
+    ("gemini", "gemini-embedding-2-preview"): (0.15, 0.075),
+    ("voyage", "voyage-4-large"): (0.12, 0.08),
+    ("voyage", "voyage-4"): (0.06, 0.04),
+    ("voyage", "voyage-4-lite"): (0.02, 0.0134),
+    ("mistral", "mistral-embed"): (0.10, 0.10),
 }
-BATCH_DISCOUNT: dict[str, float] = {"openai": 0.5, "gemini": 0.5, "voyage": 0.5}
+
+
+def prices(provider: str, model: str) -> tuple[float, float] | None:
+    """(live, batch) USD per million tokens, or None when unknown."""
+    if provider in FREE_PROVIDERS:
+        return (0.0, 0.0)
+    return PRICES_PER_MILLION.get((provider, model.removeprefix("models/")))
 
 
 def usd_per_mtok(provider: str, model: str, *, batch: bool = False) -> float | None:
-    """The list price per 1M tokens, or None when unknown."""
-    if provider in FREE_PROVIDERS:
-        return 0.0
-    price = LIVE_USD_PER_MTOK.get((provider, model))
-    if price is None:
-        return None
-    return price * BATCH_DISCOUNT.get(provider, 1.0) if batch else price
+    p = prices(provider, model)
+    return None if p is None else p[1 if batch else 0]
 
 
 def estimate_usd(provider: str, model: str, tokens: int, *, batch: bool = False) -> float | None:
@@ -40,7 +41,19 @@ def estimate_usd(provider: str, model: str, tokens: int, *, batch: bool = False)
     return None if price is None else round(tokens * price / 1_000_000, 6)
 
 
+def estimate(provider: str, model: str, *, batch_tokens: int, live_tokens: int) -> dict:
+    """``estimated_cost_usd`` (batch tokens at the batch price, live at the live price) and
+    ``live_cost_usd`` (every one of those tokens at the live price)."""
+    p = prices(provider, model)
+    if p is None:
+        return {"estimated_cost_usd": None, "live_cost_usd": None, "saved_usd": None}
+    live, batch = p
+    cost = (batch_tokens * batch + live_tokens * live) / 1e6
+    at_live = (batch_tokens + live_tokens) * live / 1e6
+    return {"estimated_cost_usd": round(cost, 6), "live_cost_usd": round(at_live, 6), "saved_usd": round(at_live - cost, 6)}
+
+
 def price_rows() -> list[dict]:
     """The price list as rows (for the analytics database)."""
-    rows = [{"provider": p, "model": m, "usd_per_mtok": v, "batch_usd_per_mtok": usd_per_mtok(p, m, batch=True)} for (p, m), v in LIVE_USD_PER_MTOK.items()]
+    rows = [{"provider": p, "model": m, "usd_per_mtok": live, "batch_usd_per_mtok": batch} for (p, m), (live, batch) in PRICES_PER_MILLION.items()]
     return sorted(rows, key=lambda r: (r["provider"], r["model"]))
