@@ -28,9 +28,21 @@ import pyarrow.parquet as pq
 
 from memory_pipeline import progress
 from memory_pipeline.chunking import CHUNKER_VERSION, chunk_segments, locator_for
-from memory_pipeline.discovery import DiscoveredFile, classify, sha256_file, shard_of, sniff, sniff_file, walk_all
+from memory_pipeline.discovery import (
+    MEDIA_MODALITIES,
+    NOTE_SUFFIX,
+    DiscoveredFile,
+    classify,
+    indexed_media_types,
+    media_size_problem,
+    sha256_file,
+    shard_of,
+    sniff,
+    sniff_file,
+    walk_all,
+)
 from memory_pipeline.errors import ExtractionError, ProviderError
-from memory_pipeline.extraction import extract
+from memory_pipeline.extraction import MediaOptions, extract
 from memory_pipeline.models import (
     CHUNKS_SCHEMA,
     DELETIONS_SCHEMA,
@@ -180,7 +192,7 @@ def discover(settings: Settings, shards: Sequence[str], *, force: bool, fp: str)
         state = {r["doc_id"]: r for r in read_state(settings, shard).to_pylist()}
         rows: list[dict] = []
         for f in by_shard.get(shard, []):
-            rows.append(_manifest_row(f, prev.get(f.doc_id), state.get(f.doc_id), force, fp, counts))
+            rows.append(_manifest_row(f, prev.get(f.doc_id), state.get(f.doc_id), force, fp, counts, settings))
         present_ok = {r["doc_id"] for r in rows if r["status"] != "skipped"}
         deletions = [
             {"doc_id": d, "source": d.split(":", 1)[0], "path": d.split(":", 1)[1]}
@@ -196,8 +208,29 @@ def discover(settings: Settings, shards: Sequence[str], *, force: bool, fp: str)
     return counts
 
 
+def _note_tag(abs_path: str) -> str:
+    """A media file's note (``<file>.note.md``) is part of what it is indexed from: its stat
+    joins the file's content hash, so editing the note re-indexes the file."""
+    try:
+        st = os.stat(abs_path + NOTE_SUFFIX)
+    except OSError:
+        return ""
+    return f"+note:{st.st_size}:{st.st_mtime_ns}"
+
+
+def file_sha256(manifest_sha: str) -> str:
+    """The file's own SHA-256 from a manifest ``sha256`` (which may carry a note tag)."""
+    return manifest_sha.split("+", 1)[0]
+
+
 def _manifest_row(
-    f: DiscoveredFile, prev: dict | None, state: dict | None, force: bool, fp: str, counts: DiscoverCounts
+    f: DiscoveredFile,
+    prev: dict | None,
+    state: dict | None,
+    force: bool,
+    fp: str,
+    counts: DiscoverCounts,
+    settings: Settings | None = None,
 ) -> dict:
     counts.files_seen += 1
     row = {
@@ -229,13 +262,19 @@ def _manifest_row(
         )
         try:
             if same_stat:
-                row["sha256"], row["mime_type"], row["modality"] = prev["sha256"], prev["mime_type"], prev["modality"]
+                row["sha256"], row["mime_type"], row["modality"] = file_sha256(prev["sha256"]), prev["mime_type"], prev["modality"]
             else:
                 row["mime_type"], row["modality"] = sniff_file(f.abs_path, f.path)
                 row["sha256"] = sha256_file(f.abs_path)
                 counts.files_hashed += 1
                 counts.bytes_hashed += f.size
-            row["status"], row["reason"] = classify(row["mime_type"], row["modality"], f.path)
+            media_types = indexed_media_types(settings) if settings is not None else ()
+            row["status"], row["reason"] = classify(row["mime_type"], row["modality"], f.path, media_types)
+            if row["modality"] in MEDIA_MODALITIES:
+                row["sha256"] += _note_tag(f.abs_path)
+                too_big = media_size_problem(settings, row["modality"], f.size) if settings is not None else ""
+                if row["status"] == "ok" and too_big:
+                    row["status"], row["reason"] = "skipped", too_big
         except PermissionError:
             row["status"], row["reason"] = "failed", "permission denied"
         except OSError as err:
@@ -271,6 +310,7 @@ class ExtractCounts:
 def extract_content(settings: Settings, shards: Sequence[str]) -> ExtractCounts:
     """Extract text segments for every file marked ``index``; failures are recorded, never raised."""
     counts = ExtractCounts()
+    options = MediaOptions.from_settings(settings)
     todo = {s: [r for r in read_manifest(settings, s).to_pylist() if r["action"] == "index"] for s in shards}
     total = sum(len(v) for v in todo.values())
     done = 0
@@ -280,7 +320,7 @@ def extract_content(settings: Settings, shards: Sequence[str]) -> ExtractCounts:
         for row in todo[shard]:
             counts.files += 1
             try:
-                segments = extract(row["abs_path"], row["modality"])
+                segments = extract(row["abs_path"], row["modality"], row["mime_type"], options)
             except ExtractionError as err:
                 counts.failed += 1
                 counts.failures.append({"path": row["abs_path"], "reason": err.reason})
@@ -290,7 +330,8 @@ def extract_content(settings: Settings, shards: Sequence[str]) -> ExtractCounts:
             chars = sum(len(s.text) for s in segments)
             counts.segments += len(segments)
             counts.chars += chars
-            status_rows.append({"doc_id": row["doc_id"], "status": "ok", "reason": "", "segments": len(segments), "chars": chars})
+            warning = getattr(segments, "warning", "")  # indexed in part (a PDF over the page cap)
+            status_rows.append({"doc_id": row["doc_id"], "status": "ok", "reason": warning, "segments": len(segments), "chars": chars})
             for i, seg in enumerate(segments):
                 seg_rows.append(
                     {
@@ -300,6 +341,7 @@ def extract_content(settings: Settings, shards: Sequence[str]) -> ExtractCounts:
                         "line_start": seg.line_start,
                         "line_end": seg.line_end,
                         "label": seg.label,
+                        "kind": seg.kind,
                     }
                 )
             done += 1
@@ -334,18 +376,24 @@ def make_chunks(settings: Settings, shards: Sequence[str], provider: EmbeddingPr
         segs_by_doc: dict[str, list[Segment]] = defaultdict(list)
         seg_table = _read(asset_path(settings, "extracted_content", shard), SEGMENTS_SCHEMA)
         for r in seg_table.to_pylist():
-            segs_by_doc[r["doc_id"]].append(Segment(r["text"], r["line_start"], r["line_end"], r["label"]))
+            segs_by_doc[r["doc_id"]].append(Segment(r["text"], r["line_start"], r["line_end"], r["label"], r["kind"] or ""))
         rows: list[dict] = []
         for doc, segments in segs_by_doc.items():
             m = manifest[doc]
             counts.files += 1
             chunks = chunk_segments(
-                m["modality"], segments, budget=budget, overlap=overlap, model_limit=limit, count_model=count_model
+                m["modality"],
+                segments,
+                budget=budget,
+                overlap=overlap,
+                model_limit=limit,
+                count_model=count_model,
+                title=os.path.basename(m["path"]) if m["modality"] in MEDIA_MODALITIES else "",
             )
             for c in chunks:
                 embed_text = c.embed_text
                 content_hash = hashlib.sha256(embed_text.encode()).hexdigest()
-                locator = locator_for(m["modality"], c.line_start, c.line_end)
+                locator = locator_for(m["modality"], c.line_start, c.line_end, c.kind)
                 rows.append(
                     {
                         "chunk_id": chunk_id(m["source"], m["path"], locator, content_hash),
@@ -364,7 +412,7 @@ def make_chunks(settings: Settings, shards: Sequence[str], provider: EmbeddingPr
                         "tokens": c.tokens,
                         "modality": m["modality"],
                         "mime_type": m["mime_type"],
-                        "file_sha256": m["sha256"],
+                        "file_sha256": file_sha256(m["sha256"]),
                         "file_mtime_ns": m["mtime_ns"],
                     }
                 )
@@ -528,6 +576,12 @@ def write_vectors(
     return stats
 
 
+def _media_type(modality: str) -> str | None:
+    if modality not in MEDIA_MODALITIES:
+        return None
+    return modality if modality in ("image", "audio", "video") else "document"
+
+
 def _table_rows(chunks: pa.Table, settings: Settings, shard: str, ident: EmbeddingIdentity, now: datetime) -> pa.Table:
     schema = table_schema(ident.dims, ident.meta())
     if chunks.num_rows == 0:
@@ -552,8 +606,8 @@ def _table_rows(chunks: pa.Table, settings: Settings, shard: str, ident: Embeddi
         "tokens": c["tokens"],
         "modality": c["modality"],
         "mime_type": c["mime_type"],
-        "memory_type": ["text"] * n,
-        "media_type": [None] * n,
+        "memory_type": ["media" if m in MEDIA_MODALITIES else "text" for m in c["modality"]],
+        "media_type": [_media_type(m) for m in c["modality"]],
         "original_file_path": [str(src_roots[s] / p) for s, p in zip(c["source"], c["path"])],
         "file_sha256": c["file_sha256"],
         "created_at": [datetime.fromtimestamp(m / 1e9, timezone.utc) for m in c["file_mtime_ns"]],
@@ -582,9 +636,11 @@ def run_errors(settings: Settings, shards: Iterable[str]) -> list[dict]:
             if r["status"] in ("skipped", "failed"):
                 errors.append({"path": r["abs_path"], "source": r["source"], "status": r["status"], "reason": r["reason"]})
         for r in read_extraction_status(settings, shard).to_pylist():
-            if r["status"] == "failed":
+            if r["status"] == "failed" or r["reason"]:
+                # An ok file with a reason was indexed in part (e.g. a PDF over the page cap).
                 m = manifest.get(r["doc_id"], {})
-                errors.append({"path": m.get("abs_path", r["doc_id"]), "source": m.get("source", ""), "status": "failed", "reason": r["reason"]})
+                status = "failed" if r["status"] == "failed" else "partial"
+                errors.append({"path": m.get("abs_path", r["doc_id"]), "source": m.get("source", ""), "status": status, "reason": r["reason"]})
     return sorted(errors, key=lambda e: e["path"])
 
 
