@@ -123,7 +123,7 @@ def note_segment(abs_path: str) -> list[Segment]:
     if not text:
         return []
     text, _ = redact(text)
-    return [Segment(text=text, line_start=0, line_end=0, label="Note:", kind="note")]
+    return [Segment(text=text, line_start=0, line_end=0, kind="note")]
 
 
 def media_segment(description: str) -> Segment:
