@@ -7,12 +7,37 @@ never indexed empty.
 
 from __future__ import annotations
 
+import logging
 import os
+from contextlib import contextmanager
 
 from memory_pipeline.errors import ExtractionError
 from memory_pipeline.extraction.media import Deadline, MediaOptions, Segments, media_segment, note_segment, ocr_image
 from memory_pipeline.extraction.redact import redact
 from memory_pipeline.models import Segment
+
+
+class _Collect(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+@contextmanager
+def _pypdf_warnings():
+    """pypdf repairs a broken file quietly (through its logger): collect what it repaired."""
+    logger = logging.getLogger("pypdf")
+    handler = _Collect()
+    logger.addHandler(handler)
+    propagate, logger.propagate = logger.propagate, False
+    try:
+        yield handler.messages
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = propagate
 
 
 def _reader(abs_path: str):
@@ -50,6 +75,11 @@ def _page_ocr(page, deadline: Deadline) -> list[str]:
 
 
 def extract_pdf(abs_path: str, mime: str, options: MediaOptions) -> list[Segment]:
+    with _pypdf_warnings() as repaired:
+        return _extract_pdf(abs_path, options, repaired)
+
+
+def _extract_pdf(abs_path: str, options: MediaOptions, repaired: list[str]) -> list[Segment]:
     deadline = Deadline(abs_path, options.timeout_seconds)
     reader, n_pages = _reader(abs_path)
     if n_pages == 0:
@@ -90,5 +120,8 @@ def extract_pdf(abs_path: str, mime: str, options: MediaOptions) -> list[Segment
         warnings.append(f"indexed the first {limit} of {n_pages} pages (multimodal.pdf_max_pages)")
     if failed_pages:
         warnings.append(f"{failed_pages} page(s) could not be parsed")
+    xref = [m for m in repaired if "xref" in m.lower() or "object" in m.lower() or "startxref" in m.lower()]
+    if xref:
+        warnings.append(f"the PDF is damaged (broken cross-reference table: {xref[0]}); its text was recovered by scanning the file")
     segments.warning = "; ".join(warnings)
     return segments
