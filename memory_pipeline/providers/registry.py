@@ -129,6 +129,32 @@ def resolve_provider(settings: Settings) -> ResolvedProvider:
         raise
 
 
+def query_provider(settings: Settings, record: dict) -> EmbeddingProvider | None:
+    """The provider that embeds queries for a table generation built with ``record``'s identity.
+
+    The configured provider when it is that identity; else the one that built the table
+    (e.g. the old model while a new generation builds); None (full-text search) when it
+    cannot be built here.
+    """
+    try:
+        resolved = resolve_provider(settings).provider
+    except ProviderError:
+        resolved = None
+    if resolved is not None and resolved.name == record.get("provider") and resolved.provider_key == record.get("provider_key"):
+        return resolved
+    name = record.get("provider")
+    if not name or name == "none":
+        return None
+    for primary in (name == settings.provider, name != settings.provider):
+        try:
+            p = build_provider(name, settings, primary=primary, model=record.get("model") or "", dims=record.get("dims") or None)
+        except (ProviderError, ConfigError):
+            continue
+        if p.provider_key == record.get("provider_key") or record.get("provider_key") is None:
+            return p
+    return None
+
+
 # --- the permanent-failure record ------------------------------------------------------
 
 

@@ -97,10 +97,17 @@ def parse_retry_after(headers) -> float | None:
 class RateLimiter:
     """Token buckets for requests and tokens per minute; ``acquire`` blocks until both allow."""
 
-    def __init__(self, requests_per_minute: int = 0, tokens_per_minute: int = 0, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        requests_per_minute: int = 0,
+        tokens_per_minute: int = 0,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
         self.rpm = requests_per_minute
         self.tpm = tokens_per_minute
         self._clock = clock
+        self._sleep = sleep
         self._lock = threading.Lock()
         now = clock()
         self._req = (float(requests_per_minute), now)
@@ -132,7 +139,7 @@ class RateLimiter:
                 wait_req = (1.0 - req) * 60.0 / self.rpm if self.rpm and req < 1.0 else 0.0
                 wait_tok = (need_tok - tok) * 60.0 / self.tpm if self.tpm and tok < need_tok else 0.0
                 pause = max(wait_req, wait_tok, 0.005)
-            time.sleep(pause)
+            self._sleep(pause)
             waited += pause
 
 
@@ -177,7 +184,7 @@ class RemoteProvider:
         self._limiter = RateLimiter(remote.requests_per_minute, remote.tokens_per_minute)
         self._client = None
         self._client_lock = threading.Lock()
-        self.stats = {"requests": 0, "retries": 0, "texts": 0, "split_texts": 0, "rate_limited_s": 0.0}
+        self.stats = {"requests": 0, "retries": 0, "split_texts": 0, "rate_limited_s": 0.0}
         self._stats_lock = threading.Lock()
 
     # --- identity -------------------------------------------------------------------

@@ -71,6 +71,7 @@ class Recorded:
     headers: dict[str, str]
     body: object
     fault: str | None = None
+    at: float = field(default_factory=time.monotonic)
 
 
 @dataclass
@@ -174,6 +175,12 @@ class FakeServer:
     def embed_requests(self) -> list[Recorded]:
         """Recorded requests that reached the embedding handler (not faulted)."""
         return [r for r in self.requests if r.fault is None and r.method == "POST"]
+
+    def inputs(self, request: Recorded) -> list[str]:
+        """The texts one request asked to embed (subclasses know their body shape)."""
+        body = request.body if isinstance(request.body, dict) else {}
+        value = body.get("input", [])
+        return value if isinstance(value, list) else [value]
 
     def authorized(self, headers: dict[str, str]) -> bool:
         raise NotImplementedError

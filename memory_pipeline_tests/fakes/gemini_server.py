@@ -66,6 +66,11 @@ class GeminiFake(FakeServer):
             dims = dims // 2 or 1
         return self.vector("\n".join(texts), dims, tuple(extra)), ""
 
+    def inputs(self, request):
+        body = request.body if isinstance(request.body, dict) else {}
+        reqs = body.get("requests", [body])
+        return ["".join(p.get("text", "") for p in (r.get("content") or {}).get("parts", [])) for r in reqs]
+
     def handle(self, method, path, headers, body, wrong_dims):
         m = _PATH_RE.match(path.split("?")[0])
         if method != "POST" or not m:

@@ -37,6 +37,13 @@ class OllamaFake(FakeServer):
             return None, {"error": f"model \"{model}\" not found, try pulling it first"}
         return model, None
 
+    def inputs(self, request):
+        body = request.body if isinstance(request.body, dict) else {}
+        if "prompt" in body:
+            return [body["prompt"]]
+        value = body.get("input", [])
+        return value if isinstance(value, list) else [value]
+
     def handle(self, method, path, headers, body, wrong_dims):
         path = path.rstrip("/")
         if method == "GET" and path == "/api/version":
