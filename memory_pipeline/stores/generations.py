@@ -106,10 +106,12 @@ def write_target(settings: Settings, meta: dict) -> tuple[str, bool]:
         building = state["building"]
         if building and _same(gens[building], meta):
             return building, True
+        # Numbers only grow (an abandoned build's number is not reused), so a name is never ambiguous.
+        number = max([state.get("last_number", 1), *(g.get("number", 1) for g in gens.values())]) + 1
+        state["last_number"] = number
         if building:  # a rebuild for an identity nobody wants any more: never served, dropped
             _drop(settings, building)
             gens.pop(building, None)
-        number = max((g.get("number", 1) for g in gens.values()), default=0) + 1
         name = f"{settings.table_name}__g{number}"
         _drop(settings, name)  # a leftover of a crashed attempt
         gens[name] = {k: meta[k] for k in IDENTITY_KEYS} | {"number": number, "created_at": _now()}
