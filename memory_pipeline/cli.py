@@ -226,10 +226,15 @@ def cmd_status(args) -> int:
             "model": provider.model if provider else None,
             "dims": provider.dims if provider else 0,
             "reason": resolved.reason,
+            "fallback": settings.fallback,
+            "fallback_from": resolved.fallback_from,
         }
     except MemoryPipelineError as err:
         prov = {"requested": settings.provider, "provider": None, "error": str(err)}
-    store = VectorStore(settings.lancedb_uri, settings.table_name)
+    from memory_pipeline.stores import generations
+
+    table_name, _ = generations.current(settings)
+    store = VectorStore(settings.lancedb_uri, table_name)
     per_source: dict[str, dict] = {s.name: {"files": 0, "indexed_files": 0, "chunks": 0} for s in settings.sources}
     for shard in SHARD_KEYS:
         manifest = pipeline.read_manifest(settings, shard)
@@ -251,12 +256,13 @@ def cmd_status(args) -> int:
         **prov,
         "table": {
             "uri": settings.lancedb_uri,
-            "name": settings.table_name,
+            "name": table_name,
             "exists": table is not None,
             "rows": table.count_rows() if table is not None else 0,
             "dims": store.dims(),
             "built_with": store.meta(),
         },
+        "generations": generations.describe(settings),
         "sources": per_source,
         "cache": {"enabled": settings.cache.enabled, "entries": cache_entries, "max_entries": settings.cache.max_entries, "path": str(settings.cache_path)},
         "last_run": last_run(settings),
@@ -273,8 +279,13 @@ def cmd_status(args) -> int:
         print(f"provider: {prov['provider']} / {prov.get('model')} ({prov.get('dims')} dims); requested {prov['requested']}")
     else:
         print(f"provider: none ({prov.get('reason') or prov.get('error')}) — full-text search only")
+    if prov.get("fallback_from"):
+        print(f"fallback: {prov['reason']}")
     t = status["table"]
     print(f"table:    {t['uri']}/{t['name']}  rows={t['rows']} dims={t['dims']}" + ("" if t["exists"] else "  (not built yet: run `memory index`)"))
+    for g in status["generations"]["generations"]:
+        if g["role"] != "current":
+            print(f"  {g['role']:<9} {g['table']}: {g['provider']}/{g['model']} ({g['dims']} dims), {g['rows']} rows")
     for name, s in per_source.items():
         print(f"source:   {name}: {s['files']} files seen, {s['indexed_files']} indexed, {s['chunks']} chunks")
     c = status["cache"]
@@ -282,6 +293,47 @@ def cmd_status(args) -> int:
     lr = status["last_run"]
     print(f"last run: {lr['finished_at']} ({lr['files_changed']} changed, {lr['errors']} errors)" if lr else "last run: never")
     return 0
+
+
+# --- generations -------------------------------------------------------------------------
+
+
+def cmd_generations(args) -> int:
+    from memory_pipeline.stores import generations
+
+    settings = _settings(args)
+    if args.action == "rollback":
+        generations.rollback(settings)
+    elif args.action == "prune":
+        dropped = generations.prune(settings)
+        if not args.json:
+            print(f"dropped {len(dropped)} previous generation(s): {', '.join(dropped) or '-'}")
+    info = generations.describe(settings)
+    if args.json:
+        _print_json(info)
+        return 0
+    if not info["generations"]:
+        print("no table yet: run `memory index`")
+    for g in info["generations"]:
+        print(f"{g['role']:<9} {g['table']}: {g['provider']}/{g['model']} ({g['dims']} dims), {g['rows']} rows, created {g['created_at']}")
+    return 0
+
+
+# --- doctor ------------------------------------------------------------------------------
+
+
+def cmd_doctor(args) -> int:
+    from memory_pipeline.doctor import run_doctor
+
+    report = run_doctor(args.config)
+    if args.json:
+        _print_json(report)
+    else:
+        for c in report["checks"]:
+            fix = f"\n          fix: {c['fix']}" if c.get("fix") else ""
+            print(f"[{c['status']:<4}] {c['name']}: {c['detail']}{fix}")
+        print("all good" if report["ok"] else "problems found: see the fixes above")
+    return 0 if report["ok"] else 1
 
 
 # --- analytics ---------------------------------------------------------------------------
@@ -375,6 +427,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sql", help="a query, e.g. \"SELECT * FROM problems WHERE kind = 'failed'\"")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_analytics)
+
+    p = sub.add_parser("generations", parents=[common], help="table generations (one per embedding model); rollback, prune")
+    p.add_argument("action", nargs="?", choices=["list", "rollback", "prune"], default="list")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_generations)
+
+    p = sub.add_parser("doctor", parents=[common], help="check the config, each provider (one test embedding), the table and the cache")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_doctor)
 
     p = sub.add_parser("status", parents=[common], help="provider, table, sources, cache and last run")
     p.add_argument("--json", action="store_true")

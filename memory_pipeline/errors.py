@@ -7,7 +7,8 @@ boundary and chained (``raise X(...) from err``)::
     ├── ConfigError          the YAML file or a CLI flag is invalid (carries ``key``)
     ├── ExtractionError      one file could not be read or parsed (carries ``path``, ``reason``)
     ├── ProviderError        an embedding provider failed (carries ``provider``, ``status``)
-    │   └── ProviderUnavailable  the provider cannot start (missing package, model or key)
+    │   ├── ProviderUnavailable  the provider cannot start (missing package, model or key)
+    │   └── PrimaryFailed        the primary failed permanently; the fallback takes over
     └── StoreError           the LanceDB table or the embedding cache failed
         └── IndexMismatchError   the table holds vectors of another model or dimension
 
@@ -57,6 +58,10 @@ class ProviderError(MemoryPipelineError):
 
 class ProviderUnavailable(ProviderError):
     """The provider cannot be used at all here (package, model or key missing)."""
+
+
+class PrimaryFailed(ProviderError):
+    """The primary provider failed permanently in a run; the configured fallback takes over."""
 
 
 class StoreError(MemoryPipelineError):

@@ -56,6 +56,7 @@ from memory_pipeline.models import (
 from memory_pipeline.providers.base import EmbeddingProvider
 from memory_pipeline.providers.registry import ResolvedProvider
 from memory_pipeline.settings import Settings
+from memory_pipeline.stores import generations
 from memory_pipeline.stores.cache import EmbeddingCache, cache_key
 from memory_pipeline.stores.lance import FTS_COLUMN, VectorStore, table_schema
 
@@ -515,6 +516,8 @@ class WriteStats:
     commits: int = 0
     table_rows: int = 0
     fts: str = ""
+    table: str = ""
+    generation: str = ""  # current | building | switched (the new generation became current)
 
 
 def _search_text(heading: str, text: str, path: str) -> str:
@@ -532,7 +535,10 @@ def write_vectors(
     can see (duplicated ids, rows of files the index lost track of).
     """
     stats = WriteStats()
-    store = VectorStore(settings.lancedb_uri, settings.table_name)
+    # A changed model/provider/dims writes a new generation; searches keep the current one meanwhile.
+    table_name, building = generations.write_target(settings, ident.meta())
+    stats.table, stats.generation = table_name, "building" if building else "current"
+    store = VectorStore(settings.lancedb_uri, table_name)
     store.ensure(ident.dims, ident.meta(), recreate=recreate)
     fp = fingerprint(settings, ident)
     now = datetime.now(timezone.utc)
@@ -573,6 +579,9 @@ def write_vectors(
     else:
         stats.fts = "unchanged"
     stats.table_rows = store.count_rows()
+    if building and build_complete(settings, fp):
+        generations.switch(settings, table_name)
+        stats.generation = "switched"
     return stats
 
 
@@ -580,6 +589,19 @@ def _media_type(modality: str) -> str | None:
     if modality not in MEDIA_MODALITIES:
         return None
     return modality if modality in ("image", "audio", "video") else "document"
+
+
+def build_complete(settings: Settings, fp: str) -> bool:
+    """Every indexable file of every shard is in the table of fingerprint ``fp`` (or failed to extract)."""
+    from memory_pipeline.discovery import SHARD_KEYS
+
+    for shard in SHARD_KEYS:
+        state = {r["doc_id"]: r["fingerprint"] for r in read_state(settings, shard).to_pylist()}
+        failed = {r["doc_id"] for r in read_extraction_status(settings, shard).to_pylist() if r["status"] == "failed"}
+        for row in read_manifest(settings, shard).to_pylist():
+            if row["status"] == "ok" and state.get(row["doc_id"]) != fp and row["doc_id"] not in failed:
+                return False
+    return True
 
 
 def _table_rows(chunks: pa.Table, settings: Settings, shard: str, ident: EmbeddingIdentity, now: datetime) -> pa.Table:

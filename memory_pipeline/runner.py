@@ -11,7 +11,7 @@ from pathlib import Path
 
 from memory_pipeline import pipeline
 from memory_pipeline.discovery import SHARD_KEYS
-from memory_pipeline.errors import MemoryPipelineError
+from memory_pipeline.errors import MemoryPipelineError, PrimaryFailed
 from memory_pipeline.settings import Settings
 
 DAGSTER_YAML = """\
@@ -41,7 +41,7 @@ def ensure_dagster_home(settings: Settings) -> Path:
     return home
 
 
-def run_index(settings: Settings, *, force: bool = False) -> dict:
+def run_index(settings: Settings, *, force: bool = False, _after_fallback: bool = False) -> dict:
     """Materialize every asset over every shard in one in-process run; returns the summary.
 
     When a stat walk shows that nothing changed since the last run (and that run's
@@ -58,14 +58,27 @@ def run_index(settings: Settings, *, force: bool = False) -> dict:
             }
             _record_run(settings, summary)
             return summary
+    home = ensure_dagster_home(settings)
+    os.environ["DAGSTER_HOME"] = str(home)
+    try:
+        meta, run_id = _materialize(settings, force, home)
+    except PrimaryFailed:
+        if _after_fallback:
+            raise
+        # The failure is recorded: this run goes again with the fallback (a new generation if it differs).
+        return run_index(settings, force=force, _after_fallback=True)
+    summary = _summary(settings, meta, run_id, time.perf_counter() - started)
+    _record_run(settings, summary)
+    return summary
+
+
+def _materialize(settings: Settings, force: bool, home: Path) -> tuple[dict, str]:
     import dagster as dg
 
     from memory_pipeline.defs.assets import index_assets
     from memory_pipeline.defs.partitions import FULL_RANGE_TAGS
     from memory_pipeline.defs.resources import MemoryConfigResource
 
-    home = ensure_dagster_home(settings)
-    os.environ["DAGSTER_HOME"] = str(home)
     with dg.DagsterInstance.from_config(str(home)) as instance, _user_errors():
         result = dg.materialize(
             index_assets,
@@ -81,11 +94,7 @@ def run_index(settings: Settings, *, force: bool = False) -> dict:
             },
             raise_on_error=True,
         )
-        meta = _metadata_by_asset(result)
-        run_id = result.run_id
-    summary = _summary(settings, meta, run_id, time.perf_counter() - started)
-    _record_run(settings, summary)
-    return summary
+        return _metadata_by_asset(result), result.run_id
 
 
 @contextmanager
@@ -150,6 +159,10 @@ def _summary(settings: Settings, meta: dict[str, dict], run_id: str, seconds: fl
         "model": emb.get("model", ""),
         "dims": int(emb.get("dims", 0)),
         "mode": emb.get("mode", ""),
+        "requested_provider": emb.get("requested_provider", settings.provider),
+        "fallback_reason": emb.get("fallback_reason", ""),
+        "generation": vec.get("generation", ""),
+        "table": vec.get("table", ""),
         "skipped_run": False,
         "coverage": cov.get("coverage"),
         "errors": pipeline.run_errors(settings, SHARD_KEYS),

@@ -30,7 +30,8 @@ import numpy as np
 
 from memory_pipeline.discovery import glob_match
 from memory_pipeline.errors import ConfigError
-from memory_pipeline.providers.registry import resolve_provider
+from memory_pipeline.providers.registry import query_provider
+from memory_pipeline.stores import generations
 from memory_pipeline.settings import Settings, load_settings
 from memory_pipeline.stores.lance import FTS_COLUMN, VectorStore
 
@@ -146,12 +147,15 @@ def search(
         return []
     max_results = max_results or settings.query.max_results
     min_score = settings.query.min_score if min_score is None else min_score
-    store = VectorStore(settings.lancedb_uri, settings.table_name)
+    # The current generation: while a new model's generation builds, this is still the old one,
+    # and the query is embedded by the provider that built it.
+    table_name, record = generations.current(settings)
+    store = VectorStore(settings.lancedb_uri, table_name)
     table = store.open()
     if table is None or table.count_rows() == 0:
         return []
     dims = store.dims()
-    provider = resolve_provider(settings).provider if dims else None
+    provider = query_provider(settings, record) if dims else None
     if mode == "vector" and provider is None:
         raise ConfigError("vector search needs an embedding provider; this index is full-text only", key="mode")
     if provider is None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +22,9 @@ CONFIG_ENV_VAR = "MEMORY_PIPELINE_CONFIG"
 DEFAULT_CONFIG_NAME = "memory_pipeline.yaml"
 
 KNOWN_PROVIDERS = ("auto", "local", "openai", "gemini", "voyage", "mistral", "ollama", "none")
+REMOTE_PROVIDERS = ("openai", "gemini", "voyage", "mistral", "ollama")
 # Providers whose modules exist in this version; the rest are refused with a clear error.
-IMPLEMENTED_PROVIDERS = ("auto", "local", "none")
+IMPLEMENTED_PROVIDERS = KNOWN_PROVIDERS
 
 DEFAULT_INCLUDE = ("**/*",)
 DEFAULT_EXCLUDE = ("**/.*", "**/.*/**", "**/node_modules/**", "**/__pycache__/**")
@@ -88,6 +89,80 @@ class ChecksConfig:
 
 
 @dataclass(frozen=True)
+class RemoteBatchConfig:
+    """Provider batch APIs (file upload, job, poll, results); used by providers/batch support."""
+
+    enabled: bool = False
+    wait: bool = True
+    concurrency: int = 2
+    poll_interval_ms: int = 30_000
+    timeout_ms: int = 24 * 3600 * 1000
+
+
+@dataclass(frozen=True)
+class ProviderOverrides:
+    """``remote.providers.<name>``: what differs for one provider (0 / empty = the remote.* value)."""
+
+    base_url: str = ""
+    requests_per_minute: int = 0
+    tokens_per_minute: int = 0
+    concurrency: int = 0
+
+
+@dataclass(frozen=True)
+class RemoteConfig:
+    """Live calls to remote embedding APIs: endpoint, timeouts, concurrency, rate limits, retries.
+
+    ``base_url`` applies to the provider in use (``provider:``, or the one ``auto`` picks);
+    ``providers.<name>.base_url`` to one provider whatever is selected (e.g. the fallback).
+    Rate limits of 0 mean none; each provider has its own limiter.
+    """
+
+    base_url: str = ""
+    timeout_ms: int = 60_000  # one indexing request
+    query_timeout_ms: int = 15_000  # the query embedding of a search
+    concurrency: int = 4  # requests in flight at once, per provider
+    requests_per_minute: int = 0
+    tokens_per_minute: int = 0
+    max_retries: int = 6  # per request, on 429 / 5xx / timeouts / resource exhausted
+    backoff_base_ms: int = 500
+    backoff_max_ms: int = 60_000
+    batch_size: int = 0  # texts per request; 0 = the provider's own maximum
+    providers: dict[str, ProviderOverrides] = field(default_factory=dict)
+    batch: RemoteBatchConfig = field(default_factory=RemoteBatchConfig)
+
+    def for_provider(self, name: str, *, primary: bool) -> ResolvedRemote:
+        """The effective settings for one provider (its overrides, else the remote.* values)."""
+        o = self.providers.get(name, ProviderOverrides())
+        return ResolvedRemote(
+            base_url=o.base_url or (self.base_url if primary else ""),
+            timeout_s=self.timeout_ms / 1000,
+            query_timeout_s=self.query_timeout_ms / 1000,
+            concurrency=o.concurrency or self.concurrency,
+            requests_per_minute=o.requests_per_minute or self.requests_per_minute,
+            tokens_per_minute=o.tokens_per_minute or self.tokens_per_minute,
+            max_retries=self.max_retries,
+            backoff_base_s=self.backoff_base_ms / 1000,
+            backoff_max_s=self.backoff_max_ms / 1000,
+            batch_size=self.batch_size,
+        )
+
+
+@dataclass(frozen=True)
+class ResolvedRemote:
+    base_url: str = ""
+    timeout_s: float = 60.0
+    query_timeout_s: float = 15.0
+    concurrency: int = 4
+    requests_per_minute: int = 0
+    tokens_per_minute: int = 0
+    max_retries: int = 6
+    backoff_base_s: float = 0.5
+    backoff_max_s: float = 60.0
+    batch_size: int = 0
+
+
+@dataclass(frozen=True)
 class Settings:
     """Everything the YAML file decides: what to index and how."""
 
@@ -95,6 +170,9 @@ class Settings:
     sources: tuple[SourceConfig, ...]
     provider: str = "auto"
     model: str | None = None
+    dims: int | None = None  # output dimensions for models that offer a choice (openai, gemini, voyage)
+    fallback: str | None = None  # the provider used when the primary cannot start or fails permanently
+    remote: RemoteConfig = field(default_factory=RemoteConfig)
     chunking: ChunkingConfig = field(default_factory=ChunkingConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)
     query: QueryConfig = field(default_factory=QueryConfig)
@@ -174,7 +252,10 @@ def settings_from_dict(raw: Any, *, base_dir: Path, config_path: Path | None = N
     _refuse_secrets(raw, where)
     _check_keys(
         raw,
-        {"data_dir", "sources", "provider", "model", "chunking", "cache", "query", "limits", "checks", "multimodal", "table_name"},
+        {
+            "data_dir", "sources", "provider", "model", "dims", "fallback", "remote",
+            "chunking", "cache", "query", "limits", "checks", "multimodal", "table_name",
+        },  # fmt: skip
         "",
         where,
     )
@@ -216,15 +297,20 @@ def settings_from_dict(raw: Any, *, base_dir: Path, config_path: Path | None = N
     multimodal = _multimodal(raw, where)
     if multimodal.native and multimodal.enabled:
         _check_native(provider, raw.get("model"))
-    if provider not in IMPLEMENTED_PROVIDERS:
-        raise ConfigError(
-            f"{where}: provider {provider!r} is not available in this version (available: local, auto, none)",
-            key="provider",
-            path=where,
-        )
     model = raw.get("model")
     if model is not None and not isinstance(model, str):
         raise ConfigError(f"{where}: model must be a string", key="model", path=where)
+    dims = raw.get("dims")
+    if dims is not None and (not isinstance(dims, int) or isinstance(dims, bool) or not 1 <= dims <= 16384):
+        raise ConfigError(f"{where}: dims must be a positive integer (or left out)", key="dims", path=where)
+    fallback = raw.get("fallback")
+    if fallback is not None and fallback not in KNOWN_PROVIDERS[1:-1]:
+        raise ConfigError(
+            f"{where}: fallback must be one of {', '.join(KNOWN_PROVIDERS[1:-1])}, got {fallback!r}", key="fallback", path=where
+        )
+    if fallback is not None and fallback == provider:
+        raise ConfigError(f"{where}: fallback is the same provider as provider ({provider})", key="fallback", path=where)
+    remote = _remote(raw.get("remote"), where)
 
     chunking = _section(raw, "chunking", ChunkingConfig, where)
     if chunking.tokens < 32 or chunking.tokens > 8192:
@@ -256,6 +342,9 @@ def settings_from_dict(raw: Any, *, base_dir: Path, config_path: Path | None = N
         sources=tuple(sources),
         provider=provider,
         model=model,
+        dims=dims,
+        fallback=fallback,
+        remote=remote,
         chunking=chunking,
         cache=cache,
         query=query,
@@ -298,6 +387,45 @@ def _check_native(provider: Any, model: Any) -> None:
             key="multimodal.native",
             hint=f"set provider: gemini and model: {NATIVE_MODEL}, or multimodal.native: false (derived text works with every provider)",
         )
+
+
+def _remote(value: Any, where: str) -> RemoteConfig:
+    if value is None:
+        return RemoteConfig()
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: 'remote' must be a mapping", key="remote", path=where)
+    flat = {k: v for k, v in value.items() if k not in ("providers", "batch")}
+    base = _section({"remote": flat}, "remote", RemoteConfig, where)
+    for key in ("timeout_ms", "query_timeout_ms", "concurrency"):
+        if getattr(base, key) < 1:
+            raise ConfigError(f"{where}: remote.{key} must be >= 1", key=f"remote.{key}", path=where)
+    for key in ("requests_per_minute", "tokens_per_minute", "max_retries", "batch_size", "backoff_base_ms", "backoff_max_ms"):
+        if getattr(base, key) < 0:
+            raise ConfigError(f"{where}: remote.{key} must be >= 0", key=f"remote.{key}", path=where)
+    _check_url(base.base_url, "remote.base_url", where)
+    providers_raw = value.get("providers") or {}
+    if not isinstance(providers_raw, dict):
+        raise ConfigError(f"{where}: remote.providers must be a mapping of provider names", key="remote.providers", path=where)
+    providers = {}
+    for name, item in providers_raw.items():
+        if name not in REMOTE_PROVIDERS:
+            raise ConfigError(
+                f"{where}: remote.providers.{name}: not a remote provider ({', '.join(REMOTE_PROVIDERS)})",
+                key=f"remote.providers.{name}",
+                path=where,
+            )
+        o = _section({f"remote.providers.{name}": item}, f"remote.providers.{name}", ProviderOverrides, where)
+        _check_url(o.base_url, f"remote.providers.{name}.base_url", where)
+        providers[name] = o
+    batch = _section({"remote.batch": value.get("batch") or {}}, "remote.batch", RemoteBatchConfig, where)
+    return replace(base, providers=providers, batch=batch)
+
+
+def _check_url(url: str, key: str, where: str) -> None:
+    if url and not re.match(r"^https?://[^\s/]+", url):
+        raise ConfigError(f"{where}: {key} must be an http(s) URL, got {url!r}", key=key, path=where)
+    if url and re.match(r"^https?://[^/]*@", url):
+        raise ConfigError(f"{where}: {key} must not carry credentials; use the provider's environment variable", key=key, path=where)
 
 
 def _refuse_secrets(node: Any, where: str, prefix: str = "") -> None:

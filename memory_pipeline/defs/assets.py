@@ -17,7 +17,7 @@ import dagster as dg
 from memory_pipeline import pipeline
 from memory_pipeline.defs.partitions import MAINTENANCE_TAG, shard_partitions
 from memory_pipeline.defs.resources import MemoryConfigResource
-from memory_pipeline.errors import ConfigError, IndexMismatchError, StoreError
+from memory_pipeline.errors import ConfigError, IndexMismatchError, PrimaryFailed, ProviderError, StoreError
 
 GROUP = "memory_index"
 _MAX_LISTED = 50
@@ -146,7 +146,19 @@ def chunk_embeddings(context: dg.AssetExecutionContext, memory_config: MemoryCon
     settings = memory_config.settings()
     resolved = memory_config.provider(settings)
     ident = pipeline.EmbeddingIdentity.of(resolved)
-    counts = pipeline.embed_chunks(settings, list(context.partition_keys), resolved.provider, ident)
+    try:
+        counts = pipeline.embed_chunks(settings, list(context.partition_keys), resolved.provider, ident)
+    except ProviderError as err:
+        if not settings.fallback or resolved.fallback_from is not None:
+            raise
+        # The primary failed for good (retries spent or refused): later runs use the fallback.
+        from memory_pipeline.providers.registry import mark_primary_failed
+
+        mark_primary_failed(settings, ident.provider, str(err))
+        context.log.error(f"{ident.provider} failed permanently; the fallback {settings.fallback} is used from the next run")
+        raise PrimaryFailed(
+            f"{err}; the fallback {settings.fallback} takes over from the next run", provider=ident.provider, status=err.status
+        ) from err
     if counts.embedded and hasattr(resolved.provider, "release"):
         resolved.provider.release()
     if resolved.provider is None:
@@ -163,6 +175,10 @@ def chunk_embeddings(context: dg.AssetExecutionContext, memory_config: MemoryCon
             "tokens": counts.tokens_embedded,
             "embed_seconds": round(counts.seconds, 3),
             "mode": "vector+fts" if resolved.provider is not None else "fts-only",
+            "requested_provider": resolved.requested,
+            "fallback_reason": resolved.reason if resolved.fallback_from else "",
+            "requests": int(getattr(resolved.provider, "stats", {}).get("requests", 0)),
+            "retries": int(getattr(resolved.provider, "stats", {}).get("retries", 0)),
         }
     )
 
@@ -192,13 +208,14 @@ def memory_vectors(context: dg.AssetExecutionContext, config: IndexRunConfig, me
     if context.run.tags.get(MAINTENANCE_TAG) == "true":
         from memory_pipeline.stores.lance import VectorStore
 
-        maintenance = VectorStore(settings.lancedb_uri, settings.table_name).maintain()
+        from memory_pipeline.stores import generations
+
+        maintenance = VectorStore(settings.lancedb_uri, generations.current(settings)[0]).maintain()
         context.log.info(f"table maintenance: {maintenance}")
     return dg.MaterializeResult(
         metadata={
             **{k: v for k, v in asdict(stats).items()},
             **maintenance,
-            "table": settings.table_name,
             "uri": settings.lancedb_uri,
         }
     )
@@ -228,7 +245,9 @@ def index_coverage(context: dg.AssetExecutionContext, memory_config: MemoryConfi
 
     settings = memory_config.settings()
     ident = pipeline.EmbeddingIdentity.of(memory_config.provider(settings))
-    report = refresh_analytics(settings, ident.model)
+    from memory_pipeline.stores import generations
+
+    report = refresh_analytics(settings, ident.model, generations.table_for(settings, ident.meta()))
 
     def result(name: str, passed: bool, kind: str | None = None, **extra) -> dg.AssetCheckResult:
         paths = report.paths(kind) if kind else []

@@ -136,8 +136,8 @@ def _dataset(con, name: str, pattern: Path, schema: pa.Schema) -> None:
         con.execute(f"CREATE TABLE {name} AS SELECT * FROM empty")
 
 
-def _vector_rows(settings: Settings) -> tuple[pa.Table, int, dict]:
-    store = VectorStore(settings.lancedb_uri, settings.table_name)
+def _vector_rows(settings: Settings, table_name: str) -> tuple[pa.Table, int, dict]:
+    store = VectorStore(settings.lancedb_uri, table_name)
     table = store.open()
     if table is None:
         return _ROWS_SCHEMA.empty_table(), 0, {}
@@ -152,15 +152,19 @@ def _vector_rows(settings: Settings) -> tuple[pa.Table, int, dict]:
     return rows.cast(_ROWS_SCHEMA), store.dims(), fts
 
 
-def refresh_analytics(settings: Settings, model: str) -> CoverageReport:
-    """Rebuild the analytics database and return the coverage and problems it holds."""
+def refresh_analytics(settings: Settings, model: str, table_name: str | None = None) -> CoverageReport:
+    """Rebuild the analytics database and return the coverage and problems it holds.
+
+    ``table_name``: the generation the run wrote (default: the configured table).
+    """
     import duckdb
 
+    table_name = table_name or settings.table_name
     assets = settings.assets_dir
     final = settings.data_dir / DB_NAME
     tmp = final.with_name(f".{DB_NAME}.{os.getpid()}.tmp")
     tmp.unlink(missing_ok=True)
-    vector_rows, dims, fts = _vector_rows(settings)
+    vector_rows, dims, fts = _vector_rows(settings, table_name)
     con = duckdb.connect(str(tmp))
     try:
         _dataset(con, "source_files", assets / "source_files" / "??.parquet", MANIFEST_SCHEMA)
@@ -178,7 +182,7 @@ def refresh_analytics(settings: Settings, model: str) -> CoverageReport:
             con.execute(f"CREATE VIEW runs AS SELECT * FROM read_json_auto('{history.as_posix()}')")
         con.execute(
             "CREATE TABLE table_info AS SELECT ? AS uri, ? AS table_name, ? AS dims, ? AS fts_indexed, ? AS fts_unindexed_rows",
-            [settings.lancedb_uri, settings.table_name, dims, fts.get("indexed", False), fts.get("unindexed_rows", 0)],
+            [settings.lancedb_uri, table_name, dims, fts.get("indexed", False), fts.get("unindexed_rows", 0)],
         )
         report = CoverageReport(path=final, table_rows=vector_rows.num_rows, table_dims=dims)
         report.fts_indexed = bool(fts.get("indexed"))

@@ -139,15 +139,14 @@ def test_usage_error_exits_2():
     assert run_cli("index", "--no-such-flag").returncode == 2
 
 
-def test_model_change_requires_force(tmp_path: Path):
+def test_model_change_builds_a_new_generation(tmp_path: Path):
     shutil.copytree(SAMPLE / "memory", tmp_path / "mem")
     cfg = write_config(tmp_path / "memory_pipeline.yaml", provider="none")
     assert run_json("index", "--config", str(cfg), "--json")["mode"] == "fts-only"
     write_config(cfg, provider="local")
-    proc = run_cli("index", "--config", str(cfg))
-    assert proc.returncode == 1 and "--force" in proc.stderr
-    out = run_json("index", "--config", str(cfg), "--json", "--force")
+    out = run_json("index", "--config", str(cfg), "--json")
     assert out["dims"] == 384 and out["table_rows"] > 0
+    assert out["generation"] == "switched" and out["table"] == "memory_vectors__g2"
     hits = run_json("search", "sourdough starter feeding", "--config", str(cfg), "--json", "--mode", "vector")
     assert hits["results"]
 

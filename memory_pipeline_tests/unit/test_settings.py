@@ -106,7 +106,19 @@ INVALID = [
     ("empty path", {"sources": [{"name": "a", "path": ""}]}, "sources[0].path"),
     ("bad include", {"sources": [{"name": "a", "path": "x", "include": [3]}]}, "sources[0].include"),
     ("provider unknown", _with(provider="magic"), "provider"),
-    ("provider not implemented", _with(provider="openai"), "provider"),
+    ("fallback unknown", _with(fallback="magic"), "fallback"),
+    ("fallback same as provider", _with(provider="local", fallback="local"), "fallback"),
+    ("dims zero", _with(dims=0), "dims"),
+    ("dims not an int", _with(dims="768"), "dims"),
+    ("remote not a mapping", _with(remote="fast"), "remote"),
+    ("remote unknown key", _with(remote={"speed": 1}), "remote.speed"),
+    ("remote base_url not a URL", _with(remote={"base_url": "api.openai.com"}), "remote.base_url"),
+    ("remote base_url with credentials", _with(remote={"base_url": "https://u:p@host/v1"}), "remote.base_url"),
+    ("remote concurrency zero", _with(remote={"concurrency": 0}), "remote.concurrency"),
+    ("remote rpm negative", _with(remote={"requests_per_minute": -1}), "remote.requests_per_minute"),
+    ("remote provider unknown", _with(remote={"providers": {"local": {}}}), "remote.providers.local"),
+    ("remote provider key unknown", _with(remote={"providers": {"openai": {"colour": 1}}}), "remote.providers.openai.colour"),
+    ("remote batch key wrong type", _with(remote={"batch": {"enabled": "yes"}}), "remote.batch.enabled"),
     ("model not a string", _with(model=5), "model"),
     ("tokens too small", _with(chunking={"tokens": 16}), "chunking.tokens"),
     ("tokens too large", _with(chunking={"tokens": 100_000}), "chunking.tokens"),
@@ -202,3 +214,22 @@ def test_invalid_yaml_does_not_echo_secret(tmp_path):
     text = f'sources:\n  - name: a\n    path: x\nopenai:\n  api_key: "{SECRET}\n'
     err = load_error(tmp_path, text)
     assert SECRET[8:24] not in str(err)  # PyYAML's snippet truncates long lines, so check a middle part
+
+
+def test_remote_settings_resolve_per_provider(tmp_path):
+    """remote.* is the default for every provider; remote.providers.<name> overrides one; base_url is the primary's."""
+    path = tmp_path / "memory_pipeline.yaml"
+    path.write_text(yaml.safe_dump(_with(
+        provider="openai", fallback="gemini", dims=512,
+        remote={"base_url": "http://127.0.0.1:9/v1", "concurrency": 3, "requests_per_minute": 100,
+                "providers": {"gemini": {"base_url": "http://127.0.0.1:8", "tokens_per_minute": 5000}},
+                "batch": {"enabled": True, "poll_interval_ms": 1000}},
+    )))  # fmt: skip
+    s = load_settings(path)
+    assert s.fallback == "gemini" and s.dims == 512
+    primary = s.remote.for_provider("openai", primary=True)
+    assert primary.base_url == "http://127.0.0.1:9/v1" and primary.concurrency == 3 and primary.requests_per_minute == 100
+    fb = s.remote.for_provider("gemini", primary=False)
+    assert fb.base_url == "http://127.0.0.1:8" and fb.tokens_per_minute == 5000 and fb.requests_per_minute == 100
+    assert s.remote.for_provider("voyage", primary=False).base_url == ""
+    assert s.remote.batch.enabled and s.remote.batch.poll_interval_ms == 1000

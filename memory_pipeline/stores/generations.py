@@ -1,0 +1,191 @@
+"""Table generations: a model change never mixes vectors, and search never goes dark.
+
+Each embedding identity (provider, model, dims, provider key) gets its own LanceDB
+table, a *generation*. A pointer file, ``data_dir/generations.json`` (written to a temp
+file and renamed, under a lock), names the ``current`` generation, the one searches
+read, and the one being ``building`` when the configured identity changed. Index runs
+write to the generation of the configured identity; when that one is building and
+every file is in it, the pointer switches in one rename. Previous generations stay
+(``memory generations``) for ``rollback`` until ``prune``.
+
+The first generation keeps the configured ``table_name``; later ones are
+``<table_name>__g<N>``. An index built before generations existed (a table, no
+pointer) is adopted as the current generation.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+
+from memory_pipeline.errors import StoreError
+from memory_pipeline.settings import Settings
+from memory_pipeline.stores.lance import VectorStore
+
+POINTER = "generations.json"
+IDENTITY_KEYS = ("provider", "model", "dims", "provider_key")
+
+
+def _path(settings: Settings) -> Path:
+    return settings.data_dir / POINTER
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _empty() -> dict:
+    return {"current": None, "building": None, "previous": [], "generations": {}}
+
+
+def load(settings: Settings) -> dict:
+    """The pointer as it is on disk (an empty one when there is none yet)."""
+    path = _path(settings)
+    if not path.is_file():
+        return _empty()
+    try:
+        return _empty() | json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise StoreError(f"cannot read the generation pointer {path}: {err}") from err
+
+
+def _save(settings: Settings, state: dict) -> None:
+    path = _path(settings)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(state, indent=2, sort_keys=True))
+    os.replace(tmp, path)  # the switch is this one rename
+
+
+@contextmanager
+def _locked(settings: Settings) -> Iterator[dict]:
+    """Read-modify-write the pointer under an exclusive lock (parallel partition runs share it)."""
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    with open(settings.data_dir / (POINTER + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            state = load(settings)
+            yield state
+            _save(settings, state)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _same(record: dict, meta: dict) -> bool:
+    return all(record.get(k) == meta.get(k) for k in IDENTITY_KEYS)
+
+
+def _adopt_legacy(settings: Settings, state: dict) -> None:
+    """A table from before generations (or a first run): make it generation 1."""
+    if state["current"] is not None:
+        return
+    store = VectorStore(settings.lancedb_uri, settings.table_name)
+    if store.exists():
+        meta = store.meta()
+        state["generations"][settings.table_name] = {k: meta.get(k) for k in IDENTITY_KEYS} | {
+            "number": 1, "created_at": _now(), "adopted": True,
+        }  # fmt: skip
+        state["current"] = settings.table_name
+
+
+def write_target(settings: Settings, meta: dict) -> tuple[str, bool]:
+    """The table an index run with this identity writes to, and whether it is a building generation."""
+    with _locked(settings) as state:
+        _adopt_legacy(settings, state)
+        gens = state["generations"]
+        if state["current"] is None:
+            gens[settings.table_name] = {k: meta[k] for k in IDENTITY_KEYS} | {"number": 1, "created_at": _now()}
+            state["current"] = settings.table_name
+            return settings.table_name, False
+        if _same(gens[state["current"]], meta):
+            return state["current"], False
+        building = state["building"]
+        if building and _same(gens[building], meta):
+            return building, True
+        # Numbers only grow (an abandoned build's number is not reused), so a name is never ambiguous.
+        number = max([state.get("last_number", 1), *(g.get("number", 1) for g in gens.values())]) + 1
+        state["last_number"] = number
+        if building:  # a rebuild for an identity nobody wants any more: never served, dropped
+            _drop(settings, building)
+            gens.pop(building, None)
+        name = f"{settings.table_name}__g{number}"
+        _drop(settings, name)  # a leftover of a crashed attempt
+        gens[name] = {k: meta[k] for k in IDENTITY_KEYS} | {"number": number, "created_at": _now()}
+        state["building"] = name
+        return name, True
+
+
+def table_for(settings: Settings, meta: dict) -> str:
+    """The generation holding this identity (building or current), else the current one; creates nothing."""
+    state = load(settings)
+    for name in (state["building"], state["current"]):
+        if name and _same(state["generations"][name], meta):
+            return name
+    return state["current"] or settings.table_name
+
+
+def current(settings: Settings) -> tuple[str, dict]:
+    """The table searches read and its identity record (a legacy table is read as it is)."""
+    state = load(settings)
+    if state["current"]:
+        return state["current"], state["generations"][state["current"]]
+    meta = VectorStore(settings.lancedb_uri, settings.table_name).meta()
+    return settings.table_name, {k: meta.get(k) for k in IDENTITY_KEYS}
+
+
+def switch(settings: Settings, name: str) -> dict:
+    """Make the building generation ``name`` current in one step; the old one becomes previous."""
+    with _locked(settings) as state:
+        if state["building"] != name:
+            return state
+        old = state["current"]
+        state["current"], state["building"] = name, None
+        state["generations"][name]["switched_at"] = _now()
+        if old and old not in state["previous"]:
+            state["previous"].insert(0, old)
+        return state
+
+
+def rollback(settings: Settings) -> dict:
+    """Serve the most recent previous generation again (the current one becomes previous)."""
+    with _locked(settings) as state:
+        if not state["previous"]:
+            raise StoreError("no previous generation to roll back to")
+        target = state["previous"].pop(0)
+        old = state["current"]
+        state["current"] = target
+        if old:
+            state["previous"].insert(0, old)
+        return state
+
+
+def prune(settings: Settings) -> list[str]:
+    """Drop every previous generation's table; returns their names."""
+    with _locked(settings) as state:
+        dropped = list(state["previous"])
+        for name in dropped:
+            _drop(settings, name)
+            state["generations"].pop(name, None)
+        state["previous"] = []
+        return dropped
+
+
+def _drop(settings: Settings, name: str) -> None:
+    store = VectorStore(settings.lancedb_uri, name)
+    if store.exists():
+        store.db.drop_table(name)
+
+
+def describe(settings: Settings) -> dict:
+    """Every generation with its role and row count, for `status` and `memory generations`."""
+    state = load(settings)
+    out = []
+    for name, rec in sorted(state["generations"].items(), key=lambda kv: kv[1].get("number", 0)):
+        role = "current" if name == state["current"] else "building" if name == state["building"] else "previous"
+        store = VectorStore(settings.lancedb_uri, name)
+        out.append({"table": name, "role": role, "rows": store.count_rows() if store.exists() else 0} | rec)
+    return {"current": state["current"], "building": state["building"], "previous": state["previous"], "generations": out}
