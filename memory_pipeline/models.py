@@ -106,6 +106,9 @@ CHUNKS_SCHEMA = pa.schema(
         ("mime_type", pa.string()),
         ("file_sha256", pa.string()),
         ("file_mtime_ns", pa.int64()),
+        # Native media embedding: the file whose bytes (with embed_text as the label) make this
+        # chunk's vector; "" for every chunk embedded from its text.
+        ("media_file", pa.string()),
     ]
 )
 

@@ -148,6 +148,8 @@ def chunk_budget(settings: Settings, ident: EmbeddingIdentity) -> tuple[int, int
 def fingerprint(settings: Settings, ident: EmbeddingIdentity) -> str:
     tokens, overlap = chunk_budget(settings, ident)
     raw = f"{CHUNKER_VERSION}|{tokens}|{overlap}|{ident.provider}|{ident.model}|{ident.dims}|{ident.provider_key}"
+    if settings.multimodal.enabled and settings.multimodal.native:
+        raw += "|native-media"  # turning native media vectors on or off re-embeds the media files
     return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
 
@@ -371,6 +373,7 @@ def make_chunks(settings: Settings, shards: Sequence[str], provider: EmbeddingPr
     budget, overlap = chunk_budget(settings, ident)
     count_model = provider.count_tokens if provider is not None else None
     limit = provider.max_input_tokens if provider is not None else None
+    native = native_media_enabled(settings, provider)
     counts = ChunkCounts()
     for shard in shards:
         manifest = {r["doc_id"]: r for r in read_manifest(settings, shard).to_pylist()}
@@ -393,7 +396,14 @@ def make_chunks(settings: Settings, shards: Sequence[str], provider: EmbeddingPr
             )
             for c in chunks:
                 embed_text = c.embed_text
+                media_file = ""
+                if native and c.kind == "media" and native_media_ok(m["mime_type"], m["size"]):
+                    # The file itself: its bytes, labelled with its name, note and description.
+                    embed_text = media_label(m["path"], segments)
+                    media_file = m["abs_path"]
                 content_hash = hashlib.sha256(embed_text.encode()).hexdigest()
+                if media_file:
+                    content_hash = hashlib.sha256(f"native\0{file_sha256(m['sha256'])}\0{embed_text}".encode()).hexdigest()
                 locator = locator_for(m["modality"], c.line_start, c.line_end, c.kind)
                 rows.append(
                     {
@@ -415,6 +425,7 @@ def make_chunks(settings: Settings, shards: Sequence[str], provider: EmbeddingPr
                         "mime_type": m["mime_type"],
                         "file_sha256": file_sha256(m["sha256"]),
                         "file_mtime_ns": m["mtime_ns"],
+                        "media_file": media_file,
                     }
                 )
             counts.chunks += len(chunks)
@@ -422,6 +433,58 @@ def make_chunks(settings: Settings, shards: Sequence[str], provider: EmbeddingPr
             counts.max_model_tokens = max([counts.max_model_tokens, *(c.model_tokens for c in chunks)])
         _write(pa.Table.from_pylist(rows, schema=CHUNKS_SCHEMA), asset_path(settings, "memory_chunks", shard))
     return counts
+
+
+# --- native media ------------------------------------------------------------------------
+
+# What gemini-embedding-2 takes as inline data; other media (and all documents) are embedded from text.
+NATIVE_MIME_TYPES = frozenset(
+    {
+        "image/png", "image/jpeg", "image/webp", "image/heic", "image/heif",
+        "audio/mpeg", "audio/wav", "audio/ogg", "audio/opus", "audio/flac", "audio/aac", "audio/mp4",
+        "video/mp4", "video/quicktime", "video/webm", "application/pdf",
+    }
+)  # fmt: skip
+NATIVE_MAX_REQUEST_BYTES = 20 * 1024 * 1024  # inline data travels base64-encoded: 4 bytes per 3
+NATIVE_SLICE_BYTES = 16 * 1024 * 1024  # raw bytes held in memory per native request
+
+
+def native_media_enabled(settings: Settings, provider: EmbeddingProvider | None) -> bool:
+    mm = settings.multimodal
+    return bool(mm.enabled and mm.native and provider is not None and provider.supports_multimodal and hasattr(provider, "embed_media"))
+
+
+def native_media_ok(mime: str, size: int) -> bool:
+    """Sent natively only in a type the model takes and when its base64 fits one request."""
+    return mime in NATIVE_MIME_TYPES and (size + 2) // 3 * 4 <= NATIVE_MAX_REQUEST_BYTES
+
+
+def media_label(path: str, segments: Sequence[Segment]) -> str:
+    """The text part sent with the media bytes: file name, the user's note, what the file is."""
+    parts = [os.path.basename(path)]
+    parts += [s.text for s in segments if s.kind == "note"]
+    parts += [s.text for s in segments if s.kind == "media"]
+    return "\n".join(p.strip() for p in parts if p.strip())
+
+
+def _embed_media(provider, items: list[tuple[str, str, str]]) -> np.ndarray:
+    """Native vectors for (abs_path, mime, label) items; bytes are read one request's worth at a time."""
+    from memory_pipeline.providers.gemini import MediaItem
+
+    out: list[np.ndarray] = []
+    batch: list = []
+    size = 0
+    for abs_path, mime, label in items:
+        with open(abs_path, "rb") as fh:
+            data = fh.read()
+        if batch and size + len(data) > NATIVE_SLICE_BYTES:
+            out.append(provider.embed_media(batch))
+            batch, size = [], 0
+        batch.append(MediaItem(label=label, data=data, mime_type=mime))
+        size += len(data)
+    if batch:
+        out.append(provider.embed_media(batch))
+    return np.concatenate(out) if out else np.zeros((0, provider.dims), np.float32)
 
 
 # --- stage 4: chunk_embeddings -----------------------------------------------------------
@@ -434,6 +497,7 @@ class EmbedCounts:
     cached: int = 0
     embedded: int = 0
     tokens_embedded: int = 0
+    media_embedded: int = 0  # of which natively, from the media bytes
     dims: int = 0
     seconds: float = 0.0
 
@@ -450,13 +514,20 @@ def embed_chunks(
         return counts
     texts: dict[str, str] = {}
     tokens: dict[str, int] = {}
+    media: dict[str, tuple[str, str, str]] = {}  # content hash -> (abs path, mime, label)
     for table in chunk_tables.values():
         counts.chunks += table.num_rows
-        for h, t, n in zip(
-            table.column("content_hash").to_pylist(), table.column("embed_text").to_pylist(), table.column("tokens").to_pylist()
+        for h, t, n, f, mime in zip(
+            table.column("content_hash").to_pylist(),
+            table.column("embed_text").to_pylist(),
+            table.column("tokens").to_pylist(),
+            table.column("media_file").to_pylist(),
+            table.column("mime_type").to_pylist(),
         ):
             texts.setdefault(h, t)
             tokens.setdefault(h, n)
+            if f:
+                media.setdefault(h, (f, mime, t))
     counts.unique = len(texts)
     keys = {h: cache_key(ident.provider, ident.model, ident.provider_key, ident.dims, h) for h in texts}
     vectors: dict[str, np.ndarray] = {}
@@ -468,8 +539,17 @@ def embed_chunks(
                 if k in hits:
                     vectors[h] = hits[k]
         counts.cached = len(vectors)
-        misses = sorted((h for h in texts if h not in vectors), key=lambda h: len(texts[h]))
         started = time.perf_counter()
+        media_misses = [h for h in texts if h not in vectors and h in media]
+        if media_misses:
+            out = _embed_media(provider, [media[h] for h in media_misses])
+            for h, v in zip(media_misses, out):
+                vectors[h] = v
+            if cache is not None:
+                cache.put_many((keys[h], vectors[h]) for h in media_misses)
+            counts.embedded += len(media_misses)
+            counts.media_embedded += len(media_misses)
+        misses = sorted((h for h in texts if h not in vectors), key=lambda h: len(texts[h]))
         slice_size = max(int(os.environ.get(EMBED_SLICE_ENV, EMBED_SLICE)), 1)
         for i in range(0, len(misses), slice_size):
             batch = misses[i : i + slice_size]

@@ -172,6 +172,7 @@ def chunk_embeddings(context: dg.AssetExecutionContext, memory_config: MemoryCon
             "unique": counts.unique,
             "cached": counts.cached,
             "embedded": counts.embedded,
+            "media_embedded": counts.media_embedded,
             "tokens": counts.tokens_embedded,
             "embed_seconds": round(counts.seconds, 3),
             "mode": "vector+fts" if resolved.provider is not None else "fts-only",
