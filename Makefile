@@ -11,22 +11,28 @@ export TOKENIZERS_PARALLELISM := false
 # A local wheel folder (this machine's CPU torch) is used when present; nothing else is fetched at run time.
 FIND_LINKS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
 
-.PHONY: run test bench bench-quick ui venv clean system-tools sample-media
+# Debian packages the test suite needs, as command:package; installed only when the command is missing.
+TEST_SYSTEM_PACKAGES := chromium:chromium
+# The same for every run: media extraction (OCR, decoding, keyframes) and the sample/test media
+# generator (speech).
+RUN_SYSTEM_PACKAGES := tesseract:tesseract-ocr tesseract:tesseract-ocr-eng ffmpeg:ffmpeg espeak-ng:espeak-ng
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-# Programs media extraction needs at run time (OCR, decoding and keyframes) and the sample/test
-# media generator (speech): installed from Debian's packages when one is missing, else nothing.
-SYSTEM_TOOLS := tesseract ffmpeg espeak-ng
-APT_PACKAGES := tesseract-ocr tesseract-ocr-eng ffmpeg espeak-ng
-SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
-
-venv: system-tools $(STAMP)
-
-system-tools:
-	@missing=""; for t in $(SYSTEM_TOOLS); do command -v $$t >/dev/null 2>&1 || missing="$$missing $$t"; done; \
+# $(call apt_missing,command:package …): apt-get install the packages whose command is missing.
+define apt_missing
+	@missing=""; for pair in $(1); do command -v $${pair%%:*} >/dev/null || missing="$$missing $${pair#*:}"; done; \
 	if [ -n "$$missing" ]; then \
-		echo "installing$$missing (apt: $(APT_PACKAGES))"; \
-		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $(APT_PACKAGES); \
+		echo "installing Debian packages:$$missing"; \
+		$(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; \
 	fi
+endef
+
+.PHONY: run test bench bench-quick ui venv system-packages media-tools sample-media clean
+
+venv: media-tools $(STAMP)
+
+media-tools:
+	$(call apt_missing,$(RUN_SYSTEM_PACKAGES))
 
 $(STAMP): requirements.lock pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -40,7 +46,10 @@ run: venv
 	@echo '$$ memory search "which vector database did we choose for the support bot"'
 	@$(BIN)/memory search --config $(CONFIG) "which vector database did we choose for the support bot"
 
-test: venv
+system-packages:
+	$(call apt_missing,$(TEST_SYSTEM_PACKAGES))
+
+test: venv system-packages
 	@set -o pipefail; $(BIN)/python -m pytest memory_pipeline_tests; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing on purpose" >&2; exit 1; fi; exit $$rc
 
@@ -51,11 +60,12 @@ bench: venv
 bench-quick: venv
 	$(BIN)/python benchmarks/bench_index.py --quick --out benchmarks/results-quick.json
 
-# dagster dev needs job control (set -m) to stop on SIGTERM when started from a script.
+# `exec` keeps dagster dev in make's process group, so Ctrl-C or a SIGTERM to the
+# group stops the webserver, the daemon and the code server together.
 ui: venv
-	set -m; home=$$($(BIN)/python -c "from memory_pipeline.runner import ensure_dagster_home as h; from memory_pipeline.settings import load_settings as s; print(h(s('$(CONFIG)')))") && \
+	home=$$($(BIN)/python -c "from memory_pipeline.runner import ensure_dagster_home as h; from memory_pipeline.settings import load_settings as s; print(h(s('$(CONFIG)')))") && \
 	DAGSTER_HOME=$$home MEMORY_PIPELINE_CONFIG=$(abspath $(CONFIG)) DAGSTER_DISABLE_TELEMETRY=1 \
-		$(BIN)/dagster dev -h 127.0.0.1 -p $${PORT:-3000} -w workspace.yaml
+		exec $(BIN)/dagster dev -h 127.0.0.1 -p $${PORT:-3000} -w workspace.yaml
 
 # Regenerates the shipped sample media (deterministic: the same bytes every time).
 sample-media: venv
