@@ -225,7 +225,7 @@ def sniff(head: bytes, rel_path: str) -> tuple[str, str]:
             return "video/ogg", "video"
         return "audio/ogg", "audio"
     if head[:4] == b"\x1aE\xdf\xa3":
-        return ("video/webm", "video") if b"webm" in head[:64] else ("video/x-matroska", "video")
+        return ("video/x-matroska", "video") if b"matroska" in head[:64] else ("video/webm", "video")
     if head[:3] == b"ID3" and len(head) >= 5 and head[3] in (2, 3, 4) and head[4] < 0xFF:
         return "audio/mpeg", "audio"
     if head[4:8] == b"ftyp":
