@@ -13,11 +13,26 @@ FIND_LINKS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
 
 # Debian packages the test suite needs, as command:package; installed only when the command is missing.
 TEST_SYSTEM_PACKAGES := chromium:chromium
+# The same for every run: media extraction (OCR, decoding, keyframes) and the sample/test media
+# generator (speech).
+RUN_SYSTEM_PACKAGES := tesseract:tesseract-ocr tesseract:tesseract-ocr-eng ffmpeg:ffmpeg espeak-ng:espeak-ng
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test bench bench-quick ui venv system-packages clean
+# $(call apt_missing,command:package …): apt-get install the packages whose command is missing.
+define apt_missing
+	@missing=""; for pair in $(1); do command -v $${pair%%:*} >/dev/null || missing="$$missing $${pair#*:}"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing Debian packages:$$missing"; \
+		$(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; \
+	fi
+endef
 
-venv: $(STAMP)
+.PHONY: run test bench bench-quick ui venv system-packages media-tools sample-media clean
+
+venv: media-tools $(STAMP)
+
+media-tools:
+	$(call apt_missing,$(RUN_SYSTEM_PACKAGES))
 
 $(STAMP): requirements.lock pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -32,11 +47,7 @@ run: venv
 	@$(BIN)/memory search --config $(CONFIG) "which vector database did we choose for the support bot"
 
 system-packages:
-	@missing=""; for pair in $(TEST_SYSTEM_PACKAGES); do command -v $${pair%%:*} >/dev/null || missing="$$missing $${pair#*:}"; done; \
-	if [ -n "$$missing" ]; then \
-		echo "installing Debian packages:$$missing"; \
-		$(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; \
-	fi
+	$(call apt_missing,$(TEST_SYSTEM_PACKAGES))
 
 test: venv system-packages
 	@set -o pipefail; $(BIN)/python -m pytest memory_pipeline_tests; rc=$$?; \
@@ -55,6 +66,10 @@ ui: venv
 	home=$$($(BIN)/python -c "from memory_pipeline.runner import ensure_dagster_home as h; from memory_pipeline.settings import load_settings as s; print(h(s('$(CONFIG)')))") && \
 	DAGSTER_HOME=$$home MEMORY_PIPELINE_CONFIG=$(abspath $(CONFIG)) DAGSTER_DISABLE_TELEMETRY=1 \
 		exec $(BIN)/dagster dev -h 127.0.0.1 -p $${PORT:-3000} -w workspace.yaml
+
+# Regenerates the shipped sample media (deterministic: the same bytes every time).
+sample-media: venv
+	$(BIN)/python -m memory_pipeline.sample_media data/sample/media
 
 clean:
 	rm -rf data/index benchmarks/work .pytest_cache

@@ -324,9 +324,12 @@ def chunk_segments(
     overlap: int,
     model_limit: int | None = None,
     count_model: ModelCounter | None = None,
+    title: str = "",
 ) -> list[Chunk]:
-    """Chunks of one file's segments."""
+    """Chunks of one file's segments; ``title`` heads media chunks (file name and part)."""
     piece = max(budget - breadcrumb_cap(budget) - 2, 4)
+    if any(seg.kind for seg in segments):
+        return _media_chunks(segments, piece, title, budget=budget, overlap=overlap, model_limit=model_limit, count_model=count_model)
     if modality == "session":
         units = session_units(segments, piece)
     else:
@@ -341,8 +344,70 @@ def chunk_segments(
     return chunk_units(units, budget=budget, overlap=overlap, model_limit=model_limit, count_model=count_model)
 
 
-def locator_for(modality: str, line_start: int, line_end: int) -> str:
-    """Human-readable locator: ``L12-L40`` for text, ``jsonl:5-9`` for transcript lines."""
+KIND_TITLES = {
+    "media": "the file",
+    "note": "note",
+    "exif": "photo details",
+    "ocr": "text in the image (OCR)",
+    "page": "page text",
+    "time": "transcript",
+    "frame": "on-screen text (OCR)",
+    "para": "document text",
+    "row": "table rows",
+    "text": "document text",
+}
+
+
+def _media_chunks(segments: Sequence[Segment], piece: int, title: str, **kw) -> list[Chunk]:
+    """Media parts are chunked per run of one kind (note, OCR, transcript…), so a chunk's
+    locator is one range of one kind: pages 3-5, transcript 00:12-00:40."""
+    chunks: list[Chunk] = []
+    i = 0
+    while i < len(segments):
+        kind = segments[i].kind
+        j = i
+        while j < len(segments) and segments[j].kind == kind:
+            j += 1
+        context = f"{title} — {KIND_TITLES.get(kind, kind)}" if title else KIND_TITLES.get(kind, kind)
+        units: list[_Unit] = []
+        for seg in segments[i:j]:
+            for k, line in enumerate(seg.text.split("\n")):
+                if not line.strip():
+                    continue
+                # Rendered documents (kind "text") count their own lines; other kinds keep the segment's range.
+                start, end = (seg.line_start + k,) * 2 if kind == "text" else (seg.line_start, seg.line_end)
+                rendered = f"{seg.label} {line}" if seg.label else line
+                tokens = count_tokens(rendered) + 1
+                parts = [rendered] if tokens <= piece else _split_text(rendered, max(piece - 1, 4))
+                for part in parts:
+                    if part.strip():
+                        units.append(_Unit(part, count_tokens(part) + 1, start, end, context))
+        for c in chunk_units(units, **kw):
+            chunks.append(replace(c, index=len(chunks), kind=kind))
+        i = j
+    return chunks
+
+
+def _clock(ms: int) -> str:
+    s = max(int(ms), 0) // 1000
+    h, rem = divmod(s, 3600)
+    return f"{h}:{rem // 60:02d}:{rem % 60:02d}" if h else f"{rem // 60:02d}:{rem % 60:02d}"
+
+
+def locator_for(modality: str, line_start: int, line_end: int, kind: str = "") -> str:
+    """Human-readable locator: ``L12-L40`` for text, ``jsonl:5-9`` for transcript lines,
+    ``p.3-5`` for PDF pages, ``00:12-00:40`` for audio/video, ``frame 00:10``, ``note``, ``ocr``."""
+    if kind == "page":
+        return f"p.{line_start}" if line_start == line_end else f"p.{line_start}-{line_end}"
+    if kind == "time":
+        return f"{_clock(line_start)}-{_clock(line_end)}"
+    if kind == "frame":
+        return f"frame {_clock(line_start)}" if line_start == line_end else f"frames {_clock(line_start)}-{_clock(line_end)}"
+    if kind in ("para", "row"):
+        name = "para" if kind == "para" else "rows"
+        return f"{name} {line_start}" if line_start == line_end else f"{name} {line_start}-{line_end}"
+    if kind in ("media", "note", "exif", "ocr"):
+        return kind
     if modality == "session":
         return f"jsonl:{line_start}-{line_end}"
     return f"L{line_start}-L{line_end}"

@@ -16,6 +16,10 @@ from collections import Counter
 from memory_pipeline.errors import MemoryPipelineError
 
 
+class UsageError(MemoryPipelineError):
+    """A command line that cannot work as given (exit 2)."""
+
+
 def _settings(args):
     from memory_pipeline.settings import load_settings
 
@@ -64,14 +68,18 @@ def cmd_search(args) -> int:
     from memory_pipeline.search import search
 
     settings = _settings(args)
+    query = " ".join(p for p in (args.query, *_file_queries(args, settings)) if p and p.strip())
+    if not query:
+        raise UsageError("give a query, --image FILE or --audio FILE")
     results = search(
-        args.query,
+        query,
         settings=settings,
         max_results=args.max_results,
         min_score=args.min_score,
         mode=args.mode,
         source=args.source,
         path_glob=args.path,
+        types=args.type,
     )
     if args.json:
         _print_json(
@@ -89,6 +97,8 @@ def cmd_search(args) -> int:
                         "line_start": r.line_start,
                         "line_end": r.line_end,
                         "heading": r.heading,
+                        "memory_type": r.memory_type,
+                        "media_type": r.media_type,
                     }
                     for r in results
                 ],
@@ -96,18 +106,42 @@ def cmd_search(args) -> int:
         )
         return 0
     if not results:
-        print(f"No relevant memories for {args.query!r}.")
+        print(f"No relevant memories for {(args.query or query)!r}.")
         return 0
-    text = [r for r in results if r.memory_type != "media"]
-    media = [r for r in results if r.memory_type == "media"]
-    for title, group in (("— Text Results —", text), ("— Media Results —", media)):
-        if not group:
-            continue
-        print(title)
-        for i, r in enumerate(group, 1):
-            where = f" › {r.heading}" if r.heading else ""
-            print(f"{i}. {r.path}:{r.locator}  score {r.score:.3f}  [{r.modality}]{where}")
-            print(f"   {r.snippet}")
+    from memory_pipeline.render import render_results
+
+    print(render_results(results))
+    return 0
+
+
+def _file_queries(args, settings) -> list[str]:
+    """The derived text of ``--image`` / ``--audio`` files, used as query text."""
+    from memory_pipeline.querying import derived_query_text
+
+    out = []
+    for flag, path, expected in (("--image", args.image, "image"), ("--audio", args.audio, "audio")):
+        if path:
+            out.append(derived_query_text(path, expected, settings))
+    return out
+
+
+# --- store -------------------------------------------------------------------------------
+
+
+def cmd_store(args) -> int:
+    from memory_pipeline.intake import store_file
+
+    settings = _settings(args)
+    done = store_file(settings, args.file, note=args.note, source_name=args.source)
+    if args.json:
+        _print_json(done)
+        return 0
+    how = "copied to" if done["copied"] else "indexed in place:"
+    print(f"Stored {args.file} ({done['mime_type']}): {how} {done['file']}")
+    if done["note"]:
+        print(f"Note saved in {done['note']}")
+    run = done["run"]
+    print(f"Indexed: {run['files_changed']} changed files, {run['chunks_total']} chunks; table has {run['table_rows']} rows")
     return 0
 
 
@@ -115,16 +149,30 @@ def cmd_search(args) -> int:
 
 
 def cmd_scan(args) -> int:
-    from memory_pipeline.discovery import INDEXED_MODALITIES, classify, sniff_file, utf8_problem, walk_all
+    from memory_pipeline.discovery import (
+        INDEXED_MODALITIES,
+        MEDIA_MODALITIES,
+        classify,
+        indexed_media_types,
+        media_size_problem,
+        sniff,
+        sniff_file,
+        utf8_problem,
+        walk_all,
+    )
 
     settings = _settings(args)
+    media_types = indexed_media_types(settings)
     files = []
     for f in walk_all(settings):
         row = {"source": f.source, "path": f.abs_path, "size": f.size, "mime_type": "", "modality": "", "status": f.status, "reason": f.reason}
         if f.status == "ok":
             try:
                 row["mime_type"], row["modality"] = sniff_file(f.abs_path, f.path)
-                row["status"], row["reason"] = classify(row["mime_type"], row["modality"], f.path)
+                row["status"], row["reason"] = classify(row["mime_type"], row["modality"], f.path, media_types)
+                too_big = media_size_problem(settings, row["modality"], f.size)
+                if row["status"] == "ok" and too_big:
+                    row["status"], row["reason"] = "skipped", too_big
                 if row["status"] == "ok" and row["modality"] in INDEXED_MODALITIES:
                     problem = utf8_problem(f.abs_path)
                     if problem:
@@ -133,10 +181,12 @@ def cmd_scan(args) -> int:
                 row["status"], row["reason"] = "failed", "permission denied"
             except OSError as err:
                 row["status"], row["reason"] = "failed", f"cannot read: {err.strerror or err}"
+        elif f.path:
+            row["mime_type"], row["modality"] = sniff(b"", f.path)  # not read: typed by its name
         files.append(row)
     ok = [f for f in files if f["status"] == "ok"]
     n_text = sum(1 for f in ok if f["modality"] in INDEXED_MODALITIES)
-    n_media = sum(1 for f in files if f["modality"] in ("image", "audio", "video", "pdf", "document") and f["status"] != "failed")
+    n_media = sum(1 for f in ok if f["modality"] in MEDIA_MODALITIES)
     problems = [f for f in files if f["status"] != "ok"]
     if args.json:
         _print_json({"files": files, "text_files": n_text, "media_files": n_media, "to_index": len(ok), "skipped": len(problems)})
@@ -144,7 +194,7 @@ def cmd_scan(args) -> int:
     if args.verbose:
         for f in files:
             mark = "" if f["status"] == "ok" else f"  [{f['status']}: {f['reason']}]"
-            print(f"{f['mime_type'] or '-':<24} {f['size']:>10}  {f['path']}{mark}")
+            print(f"{f['mime_type'] or '-':<24} {f['modality'] or '-':<9} {f['size']:>10}  {f['path']}{mark}")
     elif problems:
         for f in problems:
             print(f"{f['status']}: {f['path']}: {f['reason']}")
@@ -374,7 +424,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_index)
 
     p = sub.add_parser("search", parents=[common], help="hybrid search of the index")
-    p.add_argument("query")
+    p.add_argument("query", nargs="?", default="")
+    p.add_argument("--image", metavar="FILE", help="query by an image: its OCR text, photo details and note")
+    p.add_argument("--audio", metavar="FILE", help="query by a recording: its transcript")
+    p.add_argument("--type", action="append", choices=["image", "audio", "video", "pdf", "document", "text"],
+                   help="only results of this type (repeatable)")
     p.add_argument("--max-results", type=int, default=None)
     p.add_argument("--min-score", type=float, default=None)
     p.add_argument("--mode", choices=["hybrid", "vector", "fts"], default="hybrid")
@@ -382,6 +436,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--path", help="only paths matching this glob (relative to the source)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_search)
+
+    p = sub.add_parser("store", parents=[common], help="put a file (photo, recording, PDF, note) into memory with a note, and index it")
+    p.add_argument("--file", required=True, help="the file to store")
+    p.add_argument("--note", help="what the file is about; stored beside it as FILE.note.md and searched with it")
+    p.add_argument("--source", help="the source folder to copy into (default: the first)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_store)
 
     p = sub.add_parser("scan", parents=[common], help="what would be indexed, and why anything is skipped")
     p.add_argument("--verbose", action="store_true", help="list every file with its type and size")
@@ -429,6 +490,9 @@ def main(argv: list[str] | None = None) -> int:
     _warnings_to_stderr()
     try:
         return args.func(args)
+    except UsageError as err:
+        print(f"memory {args.command}: error: {err}", file=sys.stderr)
+        return 2
     except MemoryPipelineError as err:
         hint = f" ({err.hint})" if err.hint else ""
         print(f"[ERROR] {err}{hint}", file=sys.stderr)

@@ -22,8 +22,11 @@ NUM_SHARDS = 16
 SHARD_KEYS = tuple(f"{i:02x}" for i in range(NUM_SHARDS))
 SNIFF_BYTES = 8192
 
-# Modalities this version extracts; the others are discovered and reported as skipped.
+# Text modalities are always extracted; media ones when `multimodal` enables their type.
 INDEXED_MODALITIES = ("markdown", "text", "session")
+MEDIA_MODALITIES = ("image", "audio", "video", "pdf", "document")
+DOCX_MIME = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
+NOTE_SUFFIX = ".note.md"  # the user's note about a file lives beside it: `receipt.jpg.note.md`
 
 _MARKDOWN_EXT = {".md", ".markdown", ".mdx"}
 _TEXT_EXT = {".txt", ".text", ".log", ".rst", ".org", ".adoc"}
@@ -35,6 +38,16 @@ _DOCUMENT_EXT = {
     ".json": "application/json",
     ".xml": "application/xml",
 }
+# Only for files that were not read (empty, too large): typed by name for the reports.
+_MEDIA_EXT = {
+    ".jpg": ("image/jpeg", "image"), ".jpeg": ("image/jpeg", "image"), ".png": ("image/png", "image"),
+    ".gif": ("image/gif", "image"), ".webp": ("image/webp", "image"), ".heic": ("image/heic", "image"),
+    ".heif": ("image/heif", "image"), ".mp3": ("audio/mpeg", "audio"), ".wav": ("audio/wav", "audio"),
+    ".ogg": ("audio/ogg", "audio"), ".opus": ("audio/opus", "audio"), ".m4a": ("audio/mp4", "audio"),
+    ".aac": ("audio/aac", "audio"), ".flac": ("audio/flac", "audio"), ".mp4": ("video/mp4", "video"),
+    ".webm": ("video/webm", "video"), ".mov": ("video/quicktime", "video"), ".pdf": ("application/pdf", "pdf"),
+    ".docx": (DOCX_MIME, "document"),
+}  # fmt: skip
 
 # (offset, magic bytes, mime, modality)
 _MAGIC: tuple[tuple[int, bytes, str, str], ...] = (
@@ -45,8 +58,6 @@ _MAGIC: tuple[tuple[int, bytes, str, str], ...] = (
     (0, b"%PDF-", "application/pdf", "pdf"),
     (0, b"PK\x03\x04", "application/zip", "document"),
     (0, b"fLaC", "audio/flac", "audio"),
-    (0, b"OggS", "audio/ogg", "audio"),
-    (0, b"\x1aE\xdf\xa3", "video/webm", "video"),
     (0, b"\x7fELF", "application/x-executable", "binary"),
     (0, b"\x1f\x8b", "application/gzip", "binary"),
     (0, b"SQLite format 3\x00", "application/vnd.sqlite3", "binary"),
@@ -207,12 +218,24 @@ def sniff(head: bytes, rel_path: str) -> tuple[str, str]:
     for offset, magic, mime, modality in _MAGIC:
         if head[offset : offset + len(magic)] == magic:
             return mime, modality
+    if head[:4] == b"OggS":
+        if b"OpusHead" in head[:256]:
+            return "audio/opus", "audio"
+        if b"\x80theora" in head[:256]:
+            return "video/ogg", "video"
+        return "audio/ogg", "audio"
+    if head[:4] == b"\x1aE\xdf\xa3":
+        return ("video/x-matroska", "video") if b"matroska" in head[:64] else ("video/webm", "video")
     if head[:3] == b"ID3" and len(head) >= 5 and head[3] in (2, 3, 4) and head[4] < 0xFF:
         return "audio/mpeg", "audio"
     if head[4:8] == b"ftyp":
         brand = head[8:12]
-        if brand in (b"heic", b"heix", b"mif1", b"msf1"):
+        if brand in (b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx"):
             return "image/heic", "image"
+        if brand in (b"mif1", b"msf1", b"heif"):
+            return "image/heif", "image"
+        if brand in (b"avif", b"avis"):
+            return "image/avif", "image"
         if brand in (b"M4A ", b"M4B "):
             return "audio/mp4", "audio"
         if brand == b"qt  ":
@@ -222,11 +245,23 @@ def sniff(head: bytes, rel_path: str) -> tuple[str, str]:
         return "audio/wav", "audio"
     if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
         return "image/webp", "image"
-    if len(head) >= 2 and head[0] == 0xFF and (head[1] & 0xE0) == 0xE0 and rel_path.lower().endswith((".mp3", ".aac")):
+    if head[:4] == b"RIFF" and head[8:12] == b"AVI ":
+        return "video/x-msvideo", "video"
+    if len(head) >= 2 and head[0] == 0xFF and (head[1] & 0xF6) == 0xF0:
+        return "audio/aac", "audio"  # ADTS frame sync
+    if len(head) >= 2 and head[0] == 0xFF and (head[1] & 0xE0) == 0xE0 and rel_path.lower().endswith((".mp3", ".mp2", ".aac")):
         return "audio/mpeg", "audio"
     if b"\x00" in head:
         return "application/octet-stream", "binary"
     ext = os.path.splitext(rel_path)[1].lower()
+    if not head and ext in _MEDIA_EXT:
+        return _MEDIA_EXT[ext]
+    if ext not in _MARKDOWN_EXT | _TEXT_EXT | _SESSION_EXT:
+        start = head.lstrip()[:64].lower()
+        if start.startswith((b"<!doctype html", b"<html")):
+            return "text/html", "document"
+        if start.startswith(b"<?xml"):
+            return "application/xml", "document"
     if ext in _MARKDOWN_EXT:
         return "text/markdown", "markdown"
     if ext in _SESSION_EXT:
@@ -238,7 +273,24 @@ def sniff(head: bytes, rel_path: str) -> tuple[str, str]:
 
 def sniff_file(abs_path: str, rel_path: str) -> tuple[str, str]:
     with open(abs_path, "rb") as fh:
-        return sniff(fh.read(SNIFF_BYTES), rel_path)
+        mime, modality = sniff(fh.read(SNIFF_BYTES), rel_path)
+    if mime == "application/zip":
+        mime, modality = _sniff_zip(abs_path)
+    return mime, modality
+
+
+def _sniff_zip(abs_path: str) -> tuple[str, str]:
+    """A zip is a Word document when it holds word/document.xml; any other zip is an archive."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(abs_path) as zf:
+            names = set(zf.namelist())
+    except (zipfile.BadZipFile, OSError, ValueError):
+        return "application/zip", "binary"
+    if "word/document.xml" in names:
+        return DOCX_MIME, "document"
+    return "application/zip", "binary"
 
 
 def sha256_file(abs_path: str, chunk_size: int = 1 << 20) -> str:
@@ -250,8 +302,11 @@ def sha256_file(abs_path: str, chunk_size: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
-def classify(mime: str, modality: str, rel_path: str) -> tuple[str, str]:
-    """(status, reason) for a sniffed file: indexed, or skipped with why."""
+def classify(mime: str, modality: str, rel_path: str, media_types: tuple[str, ...] = ()) -> tuple[str, str]:
+    """(status, reason) for a sniffed file: indexed, or skipped with why.
+
+    ``media_types``: the media modalities the config indexes (``multimodal.types``).
+    """
     if modality in INDEXED_MODALITIES:
         return "ok", ""
     ext = os.path.splitext(rel_path)[1].lower()
@@ -259,7 +314,22 @@ def classify(mime: str, modality: str, rel_path: str) -> tuple[str, str]:
         return "failed", f"content is {mime} ({modality}), not the text its {ext} name claims"
     if modality == "binary":
         return "skipped", f"binary content ({mime}); not indexable"
-    return "skipped", f"{modality} files ({mime}) are not extracted by this version"
+    if modality in media_types:
+        return "ok", ""
+    return "skipped", f"{modality} files ({mime}) are not indexed (multimodal.enabled / multimodal.types)"
+
+
+def indexed_media_types(settings: Settings) -> tuple[str, ...]:
+    mm = settings.multimodal
+    return mm.types if mm.enabled else ()
+
+
+def media_size_problem(settings: Settings, modality: str, size: int) -> str:
+    """Why a media file is too large to index ('' when it is not)."""
+    limit = settings.multimodal.max_file_bytes
+    if modality in MEDIA_MODALITIES and size > limit:
+        return f"file is {size} bytes, over multimodal.max_file_bytes={limit}"
+    return ""
 
 
 def utf8_problem(abs_path: str, chunk_size: int = 1 << 20) -> str:

@@ -20,6 +20,9 @@ class Segment:
     line_start: int
     line_end: int
     label: str = ""
+    # Media: what part of the file this is ("page", "time", "frame", "note", "exif", "ocr",
+    # "para", "table", "text"); line_start/line_end then hold pages, milliseconds or ordinals.
+    kind: str = ""
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,7 @@ class Chunk:
     line_end: int
     tokens: int
     model_tokens: int = 0  # in the embedding model's own tokenizer, when one was given
+    kind: str = ""  # media: the Segment kind of every part of this chunk
 
     @property
     def embed_text(self) -> str:
@@ -68,6 +72,7 @@ SEGMENTS_SCHEMA = pa.schema(
         ("line_start", pa.int32()),
         ("line_end", pa.int32()),
         ("label", pa.string()),
+        ("kind", pa.string()),
     ]
 )
 
@@ -101,6 +106,9 @@ CHUNKS_SCHEMA = pa.schema(
         ("mime_type", pa.string()),
         ("file_sha256", pa.string()),
         ("file_mtime_ns", pa.int64()),
+        # Native media embedding: the file whose bytes (with embed_text as the label) make this
+        # chunk's vector; "" for every chunk embedded from its text.
+        ("media_file", pa.string()),
     ]
 )
 

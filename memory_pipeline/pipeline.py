@@ -30,9 +30,21 @@ import pyarrow.parquet as pq
 from memory_pipeline import progress
 from memory_pipeline.batching.stage import embed_batched
 from memory_pipeline.chunking import CHUNKER_VERSION, chunk_segments, locator_for
-from memory_pipeline.discovery import DiscoveredFile, classify, sha256_file, shard_of, sniff, sniff_file, walk_all
+from memory_pipeline.discovery import (
+    MEDIA_MODALITIES,
+    NOTE_SUFFIX,
+    DiscoveredFile,
+    classify,
+    indexed_media_types,
+    media_size_problem,
+    sha256_file,
+    shard_of,
+    sniff,
+    sniff_file,
+    walk_all,
+)
 from memory_pipeline.errors import ExtractionError, ProviderError
-from memory_pipeline.extraction import extract
+from memory_pipeline.extraction import MediaOptions, extract
 from memory_pipeline.models import (
     CHUNKS_SCHEMA,
     DELETIONS_SCHEMA,
@@ -138,6 +150,8 @@ def chunk_budget(settings: Settings, ident: EmbeddingIdentity) -> tuple[int, int
 def fingerprint(settings: Settings, ident: EmbeddingIdentity) -> str:
     tokens, overlap = chunk_budget(settings, ident)
     raw = f"{CHUNKER_VERSION}|{tokens}|{overlap}|{ident.provider}|{ident.model}|{ident.dims}|{ident.provider_key}"
+    if settings.multimodal.enabled and settings.multimodal.native:
+        raw += "|native-media"  # turning native media vectors on or off re-embeds the media files
     return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
 
@@ -183,7 +197,7 @@ def discover(settings: Settings, shards: Sequence[str], *, force: bool, fp: str)
         state = {r["doc_id"]: r for r in read_state(settings, shard).to_pylist()}
         rows: list[dict] = []
         for f in by_shard.get(shard, []):
-            rows.append(_manifest_row(f, prev.get(f.doc_id), state.get(f.doc_id), force, fp, counts))
+            rows.append(_manifest_row(f, prev.get(f.doc_id), state.get(f.doc_id), force, fp, counts, settings))
         present_ok = {r["doc_id"] for r in rows if r["status"] != "skipped"}
         deletions = [
             {"doc_id": d, "source": d.split(":", 1)[0], "path": d.split(":", 1)[1]}
@@ -199,8 +213,29 @@ def discover(settings: Settings, shards: Sequence[str], *, force: bool, fp: str)
     return counts
 
 
+def _note_tag(abs_path: str) -> str:
+    """A media file's note (``<file>.note.md``) is part of what it is indexed from: its stat
+    joins the file's content hash, so editing the note re-indexes the file."""
+    try:
+        st = os.stat(abs_path + NOTE_SUFFIX)
+    except OSError:
+        return ""
+    return f"+note:{st.st_size}:{st.st_mtime_ns}"
+
+
+def file_sha256(manifest_sha: str) -> str:
+    """The file's own SHA-256 from a manifest ``sha256`` (which may carry a note tag)."""
+    return manifest_sha.split("+", 1)[0]
+
+
 def _manifest_row(
-    f: DiscoveredFile, prev: dict | None, state: dict | None, force: bool, fp: str, counts: DiscoverCounts
+    f: DiscoveredFile,
+    prev: dict | None,
+    state: dict | None,
+    force: bool,
+    fp: str,
+    counts: DiscoverCounts,
+    settings: Settings | None = None,
 ) -> dict:
     counts.files_seen += 1
     row = {
@@ -232,13 +267,19 @@ def _manifest_row(
         )
         try:
             if same_stat:
-                row["sha256"], row["mime_type"], row["modality"] = prev["sha256"], prev["mime_type"], prev["modality"]
+                row["sha256"], row["mime_type"], row["modality"] = file_sha256(prev["sha256"]), prev["mime_type"], prev["modality"]
             else:
                 row["mime_type"], row["modality"] = sniff_file(f.abs_path, f.path)
                 row["sha256"] = sha256_file(f.abs_path)
                 counts.files_hashed += 1
                 counts.bytes_hashed += f.size
-            row["status"], row["reason"] = classify(row["mime_type"], row["modality"], f.path)
+            media_types = indexed_media_types(settings) if settings is not None else ()
+            row["status"], row["reason"] = classify(row["mime_type"], row["modality"], f.path, media_types)
+            if row["modality"] in MEDIA_MODALITIES:
+                row["sha256"] += _note_tag(f.abs_path)
+                too_big = media_size_problem(settings, row["modality"], f.size) if settings is not None else ""
+                if row["status"] == "ok" and too_big:
+                    row["status"], row["reason"] = "skipped", too_big
         except PermissionError:
             row["status"], row["reason"] = "failed", "permission denied"
         except OSError as err:
@@ -274,6 +315,7 @@ class ExtractCounts:
 def extract_content(settings: Settings, shards: Sequence[str]) -> ExtractCounts:
     """Extract text segments for every file marked ``index``; failures are recorded, never raised."""
     counts = ExtractCounts()
+    options = MediaOptions.from_settings(settings)
     todo = {s: [r for r in read_manifest(settings, s).to_pylist() if r["action"] == "index"] for s in shards}
     total = sum(len(v) for v in todo.values())
     done = 0
@@ -283,7 +325,7 @@ def extract_content(settings: Settings, shards: Sequence[str]) -> ExtractCounts:
         for row in todo[shard]:
             counts.files += 1
             try:
-                segments = extract(row["abs_path"], row["modality"])
+                segments = extract(row["abs_path"], row["modality"], row["mime_type"], options)
             except ExtractionError as err:
                 counts.failed += 1
                 counts.failures.append({"path": row["abs_path"], "reason": err.reason})
@@ -293,7 +335,8 @@ def extract_content(settings: Settings, shards: Sequence[str]) -> ExtractCounts:
             chars = sum(len(s.text) for s in segments)
             counts.segments += len(segments)
             counts.chars += chars
-            status_rows.append({"doc_id": row["doc_id"], "status": "ok", "reason": "", "segments": len(segments), "chars": chars})
+            warning = getattr(segments, "warning", "")  # indexed in part (a PDF over the page cap)
+            status_rows.append({"doc_id": row["doc_id"], "status": "ok", "reason": warning, "segments": len(segments), "chars": chars})
             for i, seg in enumerate(segments):
                 seg_rows.append(
                     {
@@ -303,6 +346,7 @@ def extract_content(settings: Settings, shards: Sequence[str]) -> ExtractCounts:
                         "line_start": seg.line_start,
                         "line_end": seg.line_end,
                         "label": seg.label,
+                        "kind": seg.kind,
                     }
                 )
             done += 1
@@ -331,24 +375,38 @@ def make_chunks(settings: Settings, shards: Sequence[str], provider: EmbeddingPr
     budget, overlap = chunk_budget(settings, ident)
     count_model = provider.count_tokens if provider is not None else None
     limit = provider.max_input_tokens if provider is not None else None
+    native = native_media_enabled(settings, provider)
     counts = ChunkCounts()
     for shard in shards:
         manifest = {r["doc_id"]: r for r in read_manifest(settings, shard).to_pylist()}
         segs_by_doc: dict[str, list[Segment]] = defaultdict(list)
         seg_table = _read(asset_path(settings, "extracted_content", shard), SEGMENTS_SCHEMA)
         for r in seg_table.to_pylist():
-            segs_by_doc[r["doc_id"]].append(Segment(r["text"], r["line_start"], r["line_end"], r["label"]))
+            segs_by_doc[r["doc_id"]].append(Segment(r["text"], r["line_start"], r["line_end"], r["label"], r["kind"] or ""))
         rows: list[dict] = []
         for doc, segments in segs_by_doc.items():
             m = manifest[doc]
             counts.files += 1
             chunks = chunk_segments(
-                m["modality"], segments, budget=budget, overlap=overlap, model_limit=limit, count_model=count_model
+                m["modality"],
+                segments,
+                budget=budget,
+                overlap=overlap,
+                model_limit=limit,
+                count_model=count_model,
+                title=os.path.basename(m["path"]) if m["modality"] in MEDIA_MODALITIES else "",
             )
             for c in chunks:
                 embed_text = c.embed_text
+                media_file = ""
+                if native and c.kind == "media" and native_media_ok(m["mime_type"], m["size"]):
+                    # The file itself: its bytes, labelled with its name, note and description.
+                    embed_text = media_label(m["path"], segments)
+                    media_file = m["abs_path"]
                 content_hash = hashlib.sha256(embed_text.encode()).hexdigest()
-                locator = locator_for(m["modality"], c.line_start, c.line_end)
+                if media_file:
+                    content_hash = hashlib.sha256(f"native\0{file_sha256(m['sha256'])}\0{embed_text}".encode()).hexdigest()
+                locator = locator_for(m["modality"], c.line_start, c.line_end, c.kind)
                 rows.append(
                     {
                         "chunk_id": chunk_id(m["source"], m["path"], locator, content_hash),
@@ -367,8 +425,9 @@ def make_chunks(settings: Settings, shards: Sequence[str], provider: EmbeddingPr
                         "tokens": c.tokens,
                         "modality": m["modality"],
                         "mime_type": m["mime_type"],
-                        "file_sha256": m["sha256"],
+                        "file_sha256": file_sha256(m["sha256"]),
                         "file_mtime_ns": m["mtime_ns"],
+                        "media_file": media_file,
                     }
                 )
             counts.chunks += len(chunks)
@@ -376,6 +435,58 @@ def make_chunks(settings: Settings, shards: Sequence[str], provider: EmbeddingPr
             counts.max_model_tokens = max([counts.max_model_tokens, *(c.model_tokens for c in chunks)])
         _write(pa.Table.from_pylist(rows, schema=CHUNKS_SCHEMA), asset_path(settings, "memory_chunks", shard))
     return counts
+
+
+# --- native media ------------------------------------------------------------------------
+
+# What gemini-embedding-2 takes as inline data; other media (and all documents) are embedded from text.
+NATIVE_MIME_TYPES = frozenset(
+    {
+        "image/png", "image/jpeg", "image/webp", "image/heic", "image/heif",
+        "audio/mpeg", "audio/wav", "audio/ogg", "audio/opus", "audio/flac", "audio/aac", "audio/mp4",
+        "video/mp4", "video/quicktime", "video/webm", "application/pdf",
+    }
+)  # fmt: skip
+NATIVE_MAX_REQUEST_BYTES = 20 * 1024 * 1024  # inline data travels base64-encoded: 4 bytes per 3
+NATIVE_SLICE_BYTES = 16 * 1024 * 1024  # raw bytes held in memory per native request
+
+
+def native_media_enabled(settings: Settings, provider: EmbeddingProvider | None) -> bool:
+    mm = settings.multimodal
+    return bool(mm.enabled and mm.native and provider is not None and provider.supports_multimodal and hasattr(provider, "embed_media"))
+
+
+def native_media_ok(mime: str, size: int) -> bool:
+    """Sent natively only in a type the model takes and when its base64 fits one request."""
+    return mime in NATIVE_MIME_TYPES and (size + 2) // 3 * 4 <= NATIVE_MAX_REQUEST_BYTES
+
+
+def media_label(path: str, segments: Sequence[Segment]) -> str:
+    """The text part sent with the media bytes: file name, the user's note, what the file is."""
+    parts = [os.path.basename(path)]
+    parts += [s.text for s in segments if s.kind == "note"]
+    parts += [s.text for s in segments if s.kind == "media"]
+    return "\n".join(p.strip() for p in parts if p.strip())
+
+
+def _embed_media(provider, items: list[tuple[str, str, str]]) -> np.ndarray:
+    """Native vectors for (abs_path, mime, label) items; bytes are read one request's worth at a time."""
+    from memory_pipeline.providers.gemini import MediaItem
+
+    out: list[np.ndarray] = []
+    batch: list = []
+    size = 0
+    for abs_path, mime, label in items:
+        with open(abs_path, "rb") as fh:
+            data = fh.read()
+        if batch and size + len(data) > NATIVE_SLICE_BYTES:
+            out.append(provider.embed_media(batch))
+            batch, size = [], 0
+        batch.append(MediaItem(label=label, data=data, mime_type=mime))
+        size += len(data)
+    if batch:
+        out.append(provider.embed_media(batch))
+    return np.concatenate(out) if out else np.zeros((0, provider.dims), np.float32)
 
 
 # --- stage 4: chunk_embeddings -----------------------------------------------------------
@@ -388,6 +499,7 @@ class EmbedCounts:
     cached: int = 0
     embedded: int = 0
     tokens_embedded: int = 0
+    media_embedded: int = 0  # of which natively, from the media bytes
     dims: int = 0
     seconds: float = 0.0
     batched: int = 0  # vectors that came back from provider batch jobs
@@ -408,14 +520,21 @@ def embed_chunks(
     texts: dict[str, str] = {}
     tokens: dict[str, int] = {}
     shards_of: dict[str, set[str]] = defaultdict(set)
+    media: dict[str, tuple[str, str, str]] = {}  # content hash -> (abs path, mime, label)
     for shard, table in chunk_tables.items():
         counts.chunks += table.num_rows
-        for h, t, n in zip(
-            table.column("content_hash").to_pylist(), table.column("embed_text").to_pylist(), table.column("tokens").to_pylist()
+        for h, t, n, f, mime in zip(
+            table.column("content_hash").to_pylist(),
+            table.column("embed_text").to_pylist(),
+            table.column("tokens").to_pylist(),
+            table.column("media_file").to_pylist(),
+            table.column("mime_type").to_pylist(),
         ):
             texts.setdefault(h, t)
             tokens.setdefault(h, n)
             shards_of[h].add(shard)
+            if f:
+                media.setdefault(h, (f, mime, t))
     counts.unique = len(texts)
     keys = {h: cache_key(ident.provider, ident.model, ident.provider_key, ident.dims, h) for h in texts}
     vectors: dict[str, np.ndarray] = {}
@@ -427,8 +546,17 @@ def embed_chunks(
                 if k in hits:
                     vectors[h] = hits[k]
         counts.cached = len(vectors)
-        misses = sorted((h for h in texts if h not in vectors), key=lambda h: len(texts[h]))
         started = time.perf_counter()
+        media_misses = [h for h in texts if h not in vectors and h in media]
+        if media_misses:
+            out = _embed_media(provider, [media[h] for h in media_misses])
+            for h, v in zip(media_misses, out):
+                vectors[h] = v
+            if cache is not None:
+                cache.put_many((keys[h], vectors[h]) for h in media_misses)
+            counts.embedded += len(media_misses)
+            counts.media_embedded += len(media_misses)
+        misses = sorted((h for h in texts if h not in vectors), key=lambda h: len(texts[h]))
         pending: set[str] = set()
 
         def _key(h: str) -> str:
@@ -472,7 +600,7 @@ def embed_chunks(
         counts.seconds = time.perf_counter() - started
         if batched is not None:
             m = batched.metrics
-            m.live_fallbacks, m.live_tokens, m.cache_hits = counts.embedded, counts.tokens_embedded, counts.cached
+            m.live_fallbacks, m.live_tokens, m.cache_hits = counts.embedded - counts.media_embedded, counts.tokens_embedded, counts.cached
             m.finish_costs()
             counts.batch = m.as_dict()
             counts.embedded += counts.batched
@@ -582,6 +710,12 @@ def write_vectors(
     return stats
 
 
+def _media_type(modality: str) -> str | None:
+    if modality not in MEDIA_MODALITIES:
+        return None
+    return modality if modality in ("image", "audio", "video") else "document"
+
+
 def build_complete(settings: Settings, fp: str) -> bool:
     """Every indexable file of every shard is in the table of fingerprint ``fp`` (or failed to extract)."""
     from memory_pipeline.discovery import SHARD_KEYS
@@ -628,8 +762,8 @@ def _table_rows(chunks: pa.Table, settings: Settings, shard: str, ident: Embeddi
         "tokens": c["tokens"],
         "modality": c["modality"],
         "mime_type": c["mime_type"],
-        "memory_type": ["text"] * n,
-        "media_type": [None] * n,
+        "memory_type": ["media" if m in MEDIA_MODALITIES else "text" for m in c["modality"]],
+        "media_type": [_media_type(m) for m in c["modality"]],
         "original_file_path": [str(src_roots[s] / p) for s, p in zip(c["source"], c["path"])],
         "file_sha256": c["file_sha256"],
         "created_at": [datetime.fromtimestamp(m / 1e9, timezone.utc) for m in c["file_mtime_ns"]],
@@ -658,9 +792,11 @@ def run_errors(settings: Settings, shards: Iterable[str]) -> list[dict]:
             if r["status"] in ("skipped", "failed"):
                 errors.append({"path": r["abs_path"], "source": r["source"], "status": r["status"], "reason": r["reason"]})
         for r in read_extraction_status(settings, shard).to_pylist():
-            if r["status"] == "failed":
+            if r["status"] == "failed" or r["reason"]:
+                # An ok file with a reason was indexed in part (e.g. a PDF over the page cap).
                 m = manifest.get(r["doc_id"], {})
-                errors.append({"path": m.get("abs_path", r["doc_id"]), "source": m.get("source", ""), "status": "failed", "reason": r["reason"]})
+                status = "failed" if r["status"] == "failed" else "partial"
+                errors.append({"path": m.get("abs_path", r["doc_id"]), "source": m.get("source", ""), "status": status, "reason": r["reason"]})
     return sorted(errors, key=lambda e: e["path"])
 
 

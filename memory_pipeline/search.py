@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import re
 import unicodedata
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -40,8 +41,10 @@ log = logging.getLogger("memory_pipeline.search")
 BM25_HALF = 3.0
 _COLUMNS = [
     "chunk_id", "source", "path", "locator", "line_start", "line_end", "heading", "text",
-    "modality", "mime_type", "memory_type", "original_file_path",
+    "modality", "mime_type", "memory_type", "original_file_path", "media_type",
 ]  # fmt: skip
+# --type values: a media modality, or "text" for notes and transcripts.
+RESULT_TYPES = ("image", "audio", "video", "pdf", "document", "text")
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,7 @@ class SearchResult:
     vector_score: float
     text_score: float
     chunk_id: str
+    media_type: str = ""
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -108,6 +112,22 @@ def _snippet(text: str, query: str, max_chars: int = 320) -> str:
     return out if len(out) <= max_chars else out[: max_chars - 1].rstrip() + "…"
 
 
+def _where(source: str | None, types: Sequence[str] | None) -> str | None:
+    """The SQL filter for ``--source`` and ``--type`` (pdf and document are modalities; text is memory_type)."""
+    clauses = []
+    if source:
+        clauses.append(f"source = '{source.replace(chr(39), chr(39) * 2)}'")
+    if types:
+        bad = [t for t in types if t not in RESULT_TYPES]
+        if bad:
+            raise ConfigError(f"--type must be one of {', '.join(RESULT_TYPES)}, got {bad[0]!r}", key="type")
+        parts = [f"modality IN ({', '.join(repr(t) for t in types if t != 'text')})"] if set(types) - {"text"} else []
+        if "text" in types:
+            parts.append("memory_type = 'text'")
+        clauses.append("(" + " OR ".join(parts) + ")")
+    return " AND ".join(clauses) or None
+
+
 def search(
     query: str,
     *,
@@ -118,6 +138,7 @@ def search(
     mode: str = "hybrid",
     source: str | None = None,
     path_glob: str | None = None,
+    types: Sequence[str] | None = None,
 ) -> list[SearchResult]:
     """Search the memory index; results best first, each above ``min_score``."""
     settings = settings or load_settings(config)
@@ -141,7 +162,7 @@ def search(
         raise ConfigError("vector search needs an embedding provider; this index is full-text only", key="mode")
     if provider is None:
         mode = "fts"
-    where = f"source = '{source.replace(chr(39), chr(39) * 2)}'" if source else None
+    where = _where(source, types)
     pool = max(max_results * 5, 30)
 
     qvec = None
@@ -220,6 +241,7 @@ def search(
                 vector_score=round(float(sv), 4),
                 text_score=round(float(st), 4),
                 chunk_id=row["chunk_id"],
+                media_type=row.get("media_type") or "",
             )
         )
     results.sort(key=lambda r: (-r.score, r.path, r.line_start))

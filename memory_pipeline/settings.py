@@ -63,6 +63,24 @@ class LimitsConfig:
     max_file_bytes: int = 20 * 1024 * 1024
 
 
+MEDIA_TYPES = ("image", "audio", "video", "pdf", "document")
+NATIVE_MODEL = "gemini-embedding-2-preview"
+
+
+@dataclass(frozen=True)
+class MultimodalConfig:
+    """Media files: derived text (OCR, EXIF, transcripts, page text) always; native vectors on request."""
+
+    enabled: bool = True
+    max_file_bytes: int = 20 * 1024 * 1024  # raw bytes; base64 toward an API adds a third
+    types: tuple[str, ...] = MEDIA_TYPES
+    native: bool = False  # also embed the media bytes (gemini-embedding-2-preview only)
+    pdf_max_pages: int = 100
+    keyframe_seconds: float = 10.0  # video: OCR one frame every N seconds
+    timeout_seconds: float = 300.0  # per file, extraction
+    max_image_pixels: int = 64_000_000  # larger images are refused as decompression bombs
+
+
 @dataclass(frozen=True)
 class ChecksConfig:
     min_coverage: float = 0.9  # share of indexable files that must be indexed
@@ -158,6 +176,7 @@ class Settings:
     query: QueryConfig = field(default_factory=QueryConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     checks: ChecksConfig = field(default_factory=ChecksConfig)
+    multimodal: MultimodalConfig = field(default_factory=MultimodalConfig)
     table_name: str = "memory_vectors"
     config_path: Path | None = None
 
@@ -233,7 +252,7 @@ def settings_from_dict(raw: Any, *, base_dir: Path, config_path: Path | None = N
         raw,
         {
             "data_dir", "sources", "provider", "model", "dims", "fallback", "remote",
-            "chunking", "cache", "query", "limits", "checks", "table_name",
+            "chunking", "cache", "query", "limits", "checks", "multimodal", "table_name",
         },  # fmt: skip
         "",
         where,
@@ -273,6 +292,9 @@ def settings_from_dict(raw: Any, *, base_dir: Path, config_path: Path | None = N
         raise ConfigError(
             f"{where}: provider must be one of {', '.join(KNOWN_PROVIDERS)}, got {provider!r}", key="provider", path=where
         )
+    multimodal = _multimodal(raw, where)
+    if multimodal.native and multimodal.enabled:
+        _check_native(provider, raw.get("model"))
     model = raw.get("model")
     if model is not None and not isinstance(model, str):
         raise ConfigError(f"{where}: model must be a string", key="model", path=where)
@@ -329,9 +351,43 @@ def settings_from_dict(raw: Any, *, base_dir: Path, config_path: Path | None = N
         query=query,
         limits=limits,
         checks=checks,
+        multimodal=multimodal,
         table_name=table_name,
         config_path=config_path,
     )
+
+
+def _multimodal(raw: dict, where: str) -> MultimodalConfig:
+    section = dict(raw.get("multimodal") or {}) if isinstance(raw.get("multimodal", {}), dict) else None
+    if section is None:
+        raise ConfigError(f"{where}: 'multimodal' must be a mapping", key="multimodal", path=where)
+    types = section.pop("types", list(MEDIA_TYPES))
+    if isinstance(types, str):
+        types = [types]
+    if not isinstance(types, list) or any(t not in MEDIA_TYPES for t in types):
+        raise ConfigError(
+            f"{where}: multimodal.types must be a list of {', '.join(MEDIA_TYPES)}, got {types!r}", key="multimodal.types", path=where
+        )
+    cfg = _section({"multimodal": section}, "multimodal", MultimodalConfig, where)
+    cfg = MultimodalConfig(**{**cfg.__dict__, "types": tuple(dict.fromkeys(types))})
+    for key in ("max_file_bytes", "pdf_max_pages", "max_image_pixels"):
+        if getattr(cfg, key) < 1:
+            raise ConfigError(f"{where}: multimodal.{key} must be >= 1", key=f"multimodal.{key}", path=where)
+    for key in ("keyframe_seconds", "timeout_seconds"):
+        if not getattr(cfg, key) > 0:
+            raise ConfigError(f"{where}: multimodal.{key} must be > 0", key=f"multimodal.{key}", path=where)
+    return cfg
+
+
+def _check_native(provider: Any, model: Any) -> None:
+    # Checked before provider availability: the answer is the same whichever providers this build has.
+    if provider != "gemini" or model != NATIVE_MODEL:
+        current = provider if provider != "gemini" else f"gemini ({model or 'its default model'})"
+        raise ConfigError(
+            f"Native multimodal embedding requires {NATIVE_MODEL}. Current provider: {current}",
+            key="multimodal.native",
+            hint=f"set provider: gemini and model: {NATIVE_MODEL}, or multimodal.native: false (derived text works with every provider)",
+        )
 
 
 def _remote(value: Any, where: str) -> RemoteConfig:

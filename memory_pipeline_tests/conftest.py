@@ -11,6 +11,8 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "data" / "sample"
+# The text part of the sample (its media are indexed by memory_pipeline_tests/multimodal).
+TEXT_ONLY = shutil.ignore_patterns("media")
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
@@ -38,9 +40,13 @@ def write_config(path: Path, **overrides) -> Path:
 
 @pytest.fixture
 def sample_dir(tmp_path: Path) -> Path:
-    """A private copy of the shipped sample memory folder."""
+    """A private copy of the shipped sample memory folder, its text part (notes and transcripts).
+
+    The sample's media (data/sample/media) are left out here so the many text tests stay
+    fast; memory_pipeline_tests/multimodal indexes them (and media of its own).
+    """
     dest = tmp_path / "mem"
-    shutil.copytree(SAMPLE, dest)
+    shutil.copytree(SAMPLE, dest, ignore=TEXT_ONLY)
     return dest
 
 

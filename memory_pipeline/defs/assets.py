@@ -178,6 +178,7 @@ def chunk_embeddings(context: dg.AssetExecutionContext, memory_config: MemoryCon
             "unique": counts.unique,
             "cached": counts.cached,
             "embedded": counts.embedded,
+            "media_embedded": counts.media_embedded,
             "tokens": counts.tokens_embedded,
             "tokens_total": counts.tokens_embedded + batch_tokens,
             "est_cost_usd": cost["estimated_cost_usd"],

@@ -98,7 +98,7 @@ FROM vector_rows WHERE embedding_model <> $model GROUP BY doc_id
 UNION ALL
 SELECT 'stale_rows', v.doc_id, any_value(v.path), count(*), 'rows of an older version of the file'
 FROM vector_rows v JOIN file_status f USING (doc_id)
-WHERE v.file_sha256 <> f.sha256 GROUP BY v.doc_id
+WHERE v.file_sha256 <> split_part(f.sha256, '+', 1) GROUP BY v.doc_id  -- a media file's note tags its sha256
 UNION ALL
 SELECT 'zero_chunks', doc_id, path, 0, 'indexed, but no text to search'
 FROM file_status WHERE state = 'indexed' AND chunks = 0

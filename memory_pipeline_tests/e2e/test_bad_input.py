@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from memory_pipeline_tests.conftest import SAMPLE, write_config
+from memory_pipeline_tests.conftest import SAMPLE, TEXT_ONLY, write_config
 from memory_pipeline_tests.helpers import run_cli, run_json, table_rows
 
 pytestmark = pytest.mark.slow
@@ -22,7 +22,7 @@ def shared_tmp(tmp_path: Path) -> Path:
 
 def _make_bad_corpus(root: Path) -> dict[str, str]:
     mem = root / "mem"
-    shutil.copytree(SAMPLE, mem)
+    shutil.copytree(SAMPLE, mem, ignore=TEXT_ONLY)
     bad = mem / "bad"
     bad.mkdir()
     (bad / "latin1.md").write_bytes("# Caf\xe9 notes\nna\xefve r\xe9sum\xe9\n".encode("latin-1"))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from memory_pipeline_tests.conftest import SAMPLE, write_config
+from memory_pipeline_tests.conftest import SAMPLE, TEXT_ONLY, write_config
 from memory_pipeline_tests.helpers import run_cli, run_json
 
 pytestmark = pytest.mark.slow
@@ -21,7 +21,7 @@ INDEX_KEYS = {
 @pytest.fixture(scope="module")
 def indexed(tmp_path_factory):
     root = tmp_path_factory.mktemp("cli")
-    shutil.copytree(SAMPLE, root / "mem")
+    shutil.copytree(SAMPLE, root / "mem", ignore=TEXT_ONLY)
     cfg = write_config(root / "memory_pipeline.yaml")
     proc = run_cli("index", "--config", str(cfg))
     assert proc.returncode == 0, proc.stderr

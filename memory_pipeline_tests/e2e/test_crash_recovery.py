@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memory_pipeline_tests.conftest import SAMPLE, write_config
+from memory_pipeline_tests.conftest import SAMPLE, TEXT_ONLY, write_config
 from memory_pipeline_tests.helpers import run_cli, run_json, table_rows
 
 pytestmark = pytest.mark.slow
@@ -23,7 +23,7 @@ def _rows(data_dir: Path) -> list[dict]:
 @pytest.fixture(scope="module")
 def clean_rows(tmp_path_factory) -> list[dict]:
     root = tmp_path_factory.mktemp("clean")
-    shutil.copytree(SAMPLE, root / "mem")
+    shutil.copytree(SAMPLE, root / "mem", ignore=TEXT_ONLY)
     cfg = write_config(root / "memory_pipeline.yaml")
     run_json("index", "--config", str(cfg), "--json")
     return _rows(root / "index")
@@ -31,7 +31,7 @@ def clean_rows(tmp_path_factory) -> list[dict]:
 
 @pytest.mark.parametrize("fault", ["embed_after_first_batch", "write_after_first_commit"])
 def test_killed_run_then_rerun_equals_clean_run(tmp_path: Path, clean_rows: list[dict], fault: str):
-    shutil.copytree(SAMPLE, tmp_path / "mem")
+    shutil.copytree(SAMPLE, tmp_path / "mem", ignore=TEXT_ONLY)
     cfg = write_config(tmp_path / "memory_pipeline.yaml")
     killed = run_cli(
         "index", "--config", str(cfg), "--json",

@@ -10,7 +10,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from memory_pipeline_tests.conftest import SAMPLE, write_config
+from memory_pipeline_tests.conftest import SAMPLE, TEXT_ONLY, write_config
 from memory_pipeline_tests.helpers import REPO, run_json
 
 pytestmark = pytest.mark.slow
@@ -18,7 +18,7 @@ CHARTS = ("coverage_by_modality.png", "failures_by_reason.png", "index_growth.pn
 
 
 def test_coverage_notebook_executes_and_saves_charts(tmp_path: Path, monkeypatch):
-    shutil.copytree(SAMPLE, tmp_path / "mem")
+    shutil.copytree(SAMPLE, tmp_path / "mem", ignore=TEXT_ONLY)
     (tmp_path / "mem" / "broken.md").write_bytes(b"\xff\xfe not utf-8\n")
     cfg = write_config(tmp_path / "memory_pipeline.yaml")
     run_json("index", "--config", str(cfg), "--json")

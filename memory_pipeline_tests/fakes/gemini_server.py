@@ -27,6 +27,11 @@ _STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DEN
 _PATH_RE = re.compile(r"^/(v1beta|v1|v1alpha)/models/([^/:]+):(batchEmbedContents|embedContent)$")
 
 
+def decode_bytes(text: str) -> bytes:
+    """Proto JSON ``bytes``: base64, standard or URL-safe (what google-genai sends), padding optional."""
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
 class GeminiFake(FakeServer):
     provider = "gemini"
     default_api_key = "gemini-test-key"
@@ -51,7 +56,7 @@ class GeminiFake(FakeServer):
                 if model not in MULTIMODAL_MODELS:
                     return None, f"model {model} does not support inline data; use a multimodal embedding model"
                 inline = part.get("inlineData") or part.get("inline_data")
-                data = base64.b64decode(inline.get("data", ""))
+                data = decode_bytes(inline.get("data", ""))
                 digest = hashlib.sha256(data).hexdigest()
                 if digest in self.media_words:
                     texts.append(self.media_words[digest])

@@ -65,8 +65,10 @@ def test_extract_dispatch(tmp_path):
     md = write(tmp_path, "a.md", "# x\n")
     assert extract(md, "markdown")[0].text == "# x\n"
     assert extract(md, "text")[0].line_end == 1
-    with pytest.raises(ExtractionError, match="no extractor for image"):
-        extract(md, "image")
+    with pytest.raises(ExtractionError, match="no extractor for binary"):
+        extract(md, "binary")
+    with pytest.raises(ExtractionError, match="not a readable image"):  # media extractors read bytes, not names
+        extract(md, "image", "image/png")
     with pytest.raises(ExtractionError, match="vanished"):
         extract(str(tmp_path / "gone.md"), "markdown")
 

@@ -1,0 +1,137 @@
+"""What every media extractor shares: options, a per-file deadline, OCR, external tools, the note.
+
+Extraction of one media file is bounded by a deadline checked between units of
+work (a page, a transcript segment, a frame) and passed to every external tool as
+its timeout, so a slow file is abandoned with a reason and the run goes on.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+
+from memory_pipeline.discovery import NOTE_SUFFIX
+from memory_pipeline.errors import ExtractionError
+from memory_pipeline.extraction.redact import redact
+from memory_pipeline.models import Segment
+
+
+@dataclass(frozen=True)
+class MediaOptions:
+    """The extraction knobs of ``multimodal`` in the config."""
+
+    pdf_max_pages: int = 100
+    keyframe_seconds: float = 10.0
+    timeout_seconds: float = 300.0
+    max_image_pixels: int = 64_000_000
+
+    @classmethod
+    def from_settings(cls, settings) -> MediaOptions:
+        mm = settings.multimodal
+        return cls(mm.pdf_max_pages, mm.keyframe_seconds, mm.timeout_seconds, mm.max_image_pixels)
+
+
+class Segments(list):
+    """Segments of one file, with a warning when it was indexed only in part (a page cap)."""
+
+    warning: str = ""
+
+
+class Deadline:
+    def __init__(self, path: str, seconds: float) -> None:
+        self.path = path
+        self.seconds = seconds
+        self.end = time.monotonic() + seconds
+
+    def left(self) -> float:
+        return self.end - time.monotonic()
+
+    def check(self, doing: str = "extracting") -> None:
+        if self.left() <= 0:
+            raise ExtractionError(
+                self.path, f"timed out after {self.seconds:g}s while {doing} (multimodal.timeout_seconds)"
+            )
+
+
+def run_tool(args: list[str], deadline: Deadline, *, data: bytes | None = None, what: str) -> bytes:
+    """Run an external tool within the file's deadline; its failure becomes the file's reason."""
+    exe = shutil.which(args[0])
+    if exe is None:
+        package = {"tesseract": "tesseract-ocr", "ffmpeg": "ffmpeg"}.get(args[0], args[0])
+        raise ExtractionError(deadline.path, f"{what} needs `{args[0]}`, which is not installed (apt-get install {package})")
+    deadline.check(what)
+    try:
+        proc = subprocess.run(
+            [exe, *args[1:]], input=data, capture_output=True, timeout=max(deadline.left(), 0.1), check=False
+        )
+    except subprocess.TimeoutExpired as err:
+        raise ExtractionError(
+            deadline.path, f"timed out after {deadline.seconds:g}s while {what} (multimodal.timeout_seconds)"
+        ) from err
+    if proc.returncode != 0:
+        tail = proc.stderr.decode("utf-8", "replace").strip().splitlines()
+        raise ExtractionError(deadline.path, f"{what} failed: {tail[-1] if tail else f'exit {proc.returncode}'}")
+    return proc.stdout
+
+
+def ocr_image(image, deadline: Deadline) -> list[str]:
+    """Text lines tesseract reads in a PIL image (grayscale, small images upscaled)."""
+    import io
+
+    from PIL import Image
+
+    if image.mode in ("RGBA", "LA", "P", "PA"):
+        # Transparent pixels are black underneath: text on them would vanish.
+        rgba = image.convert("RGBA")
+        image = Image.new("RGB", rgba.size, "white")
+        image.paste(rgba, mask=rgba.getchannel("A"))
+    img = image.convert("L")
+    if img.width < 1000:
+        # Tesseract reads glyphs best at ~30 px cap height; phone screenshots and thumbnails are smaller.
+        scale = min(3.0, 1000 / max(img.width, 1))
+        img = img.resize((int(img.width * scale), int(img.height * scale)))
+    buf = io.BytesIO()
+    img.save(buf, format="PNG")
+    out = run_tool(["tesseract", "stdin", "stdout", "--psm", "3"], deadline, data=buf.getvalue(), what="OCR")
+    return clean_ocr(out.decode("utf-8", "replace"))
+
+
+def clean_ocr(text: str) -> list[str]:
+    """OCR lines that read as text: at least one word of two letters; noise lines dropped."""
+    lines = []
+    for line in text.splitlines():
+        line = " ".join(line.split())
+        letters = sum(c.isalpha() for c in line)
+        if letters >= 2 and letters >= len(line) * 0.4 and any(len(w) >= 2 and w.isalpha() for w in line.split()):
+            lines.append(line)
+    return lines
+
+
+def note_segment(abs_path: str) -> list[Segment]:
+    """The user's note about a file (``<file>.note.md`` beside it), as the first segment."""
+    note_path = abs_path + NOTE_SUFFIX
+    if not os.path.isfile(note_path):
+        return []
+    try:
+        with open(note_path, "rb") as fh:
+            text = fh.read(64 * 1024).decode("utf-8", "replace").strip()
+    except OSError:
+        return []
+    if not text:
+        return []
+    text, _ = redact(text)
+    return [Segment(text=text, line_start=0, line_end=0, kind="note")]
+
+
+def media_segment(description: str) -> Segment:
+    """What the file is (type, size, duration, date): every media file has it, so none is indexed empty."""
+    return Segment(text=description, line_start=0, line_end=0, kind="media")
+
+
+def human_duration(seconds: float) -> str:
+    s = int(round(seconds))
+    h, rem = divmod(s, 3600)
+    return f"{h}:{rem // 60:02d}:{rem % 60:02d}" if h else f"{rem // 60}:{rem % 60:02d}"
