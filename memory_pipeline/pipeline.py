@@ -467,6 +467,7 @@ class WriteStats:
     commits: int = 0
     table_rows: int = 0
     fts: str = ""
+    ann: str = ""  # exact (below ann.min_rows), built, current
 
 
 def _search_text(heading: str, text: str, path: str) -> str:
@@ -520,10 +521,12 @@ def write_vectors(
             asset_path(settings, "memory_vectors", shard, ".state"),
         )
         progress.report("write", done, len(shards), "partitions")
-    if stats.commits:
-        stats.fts = store.ensure_fts().get("fts", "")
+    if stats.commits or force:
+        stats.fts = store.ensure_fts(settings.fts, rebuild=force).get("fts", "")
+        stats.ann = store.ensure_ann(settings.ann).get("ann", "")
     else:
         stats.fts = "unchanged"
+        stats.ann = "unchanged"
     stats.table_rows = store.count_rows()
     return stats
 

@@ -1,44 +1,61 @@
-"""Hybrid search over the memory table: vector + native full-text, fused.
+"""Hybrid search over the memory table: vector + native full-text, fused, diversified, dated.
 
-Scores are in [0, 1] in every mode:
+Scores are in [0, 1] in every mode and fusion:
 
 * vector similarity ``sv`` = cosine similarity of the query and the chunk, clipped at 0;
 * text score ``st`` = ``coverage * (0.6 + 0.4 * bm25 / (bm25 + 3))`` where coverage is the
   share of the query's terms (stop words aside) present in the chunk: a chunk holding
   every term scores at least 0.6, one matching a single word of four stays low;
-* hybrid = ``1 - (1 - sv)**(wv/w) * (1 - st)**(wt/w)`` with ``w = max(wv, wt)``: a weighted
-  "noisy OR". Either leg alone can make a result relevant (a paraphrase that shares
-  no word; an id, a name or a CJK phrase the English model does not understand), so
-  a strong keyword hit is never drowned by a weak vector leg; agreement raises the
-  score; the lighter-weighted leg counts for less. With equal weights it is the plain
-  noisy OR; it never exceeds 1 and is 0 only when both legs are.
+* ``relevance`` (what ``min_score`` compares, so abstention is the same in every fusion):
+  vector mode ``sv``, fts mode ``st``, hybrid ``1 - (1 - sv)**(wv/w) * (1 - st)**(wt/w)``
+  with ``w = max(wv, wt)``: a weighted "noisy OR". Either leg alone can make a result
+  relevant (a paraphrase that shares no word; an id, a name or a CJK phrase the English
+  model does not understand), so a strong keyword hit is never drowned by a weak vector
+  leg; agreement raises the score; the lighter-weighted leg counts for less.
+* ``score`` (what results are ordered by): with ``fusion: weighted`` the relevance; with
+  ``fusion: rrf`` reciprocal rank fusion ``sum_l w_l / (k + rank_l)`` divided by its maximum
+  ``sum_l w_l / (k + 1)``, so 1.0 means first in both legs. Ranks are taken over the union
+  of both candidate pools with both scores computed for every candidate (the vector of an
+  FTS hit is compared with the query exactly), so a candidate missing from one pool is
+  ranked by its real score there, not dropped to "unranked", and the pools are sized from
+  ``max_results`` (a deep pool lets weak vector neighbours outvote a strong keyword hit).
+* recency (``recency_half_life_days`` > 0): a dated note (``YYYY-MM-DD`` at the start of its
+  file name) has its score multiplied by ``0.5 ** (age_days / half_life)``; relevance and
+  undated notes are untouched.
+* MMR (``mmr``): results are picked greedily by ``lambda * score - (1 - lambda) * max_sim``
+  where ``max_sim`` is the cosine similarity (term overlap without vectors) to the results
+  already picked, so five chunks of one note do not crowd out the rest.
 
-Every candidate from either leg gets both scores (the vector of an FTS hit is
-compared with the query exactly), so fusion never guesses a missing leg.
 ``min_score`` drops weak results: a query about nothing in memory returns nothing.
 """
 
 from __future__ import annotations
 
+import math
 import re
+import time
 import unicodedata
-from dataclasses import asdict, dataclass
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
+from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 
 import numpy as np
 
-from memory_pipeline.discovery import glob_match
 from memory_pipeline.errors import ConfigError
 from memory_pipeline.providers.registry import resolve_provider
-from memory_pipeline.settings import Settings, load_settings
-from memory_pipeline.stores.lance import FTS_COLUMN, VectorStore
+from memory_pipeline.settings import FUSIONS, Settings, load_settings
+from memory_pipeline.stores.lance import FTS_COLUMN, VectorStore, ann_query
 
 MODES = ("hybrid", "vector", "fts")
 BM25_HALF = 3.0
+MIN_POOL = 20
 _COLUMNS = [
-    "chunk_id", "source", "path", "locator", "line_start", "line_end", "heading", "text",
-    "modality", "mime_type", "memory_type", "original_file_path",
+    "chunk_id", "doc_id", "source", "path", "locator", "line_start", "line_end", "heading", "text",
+    "modality", "mime_type", "memory_type", "original_file_path", "created_at",
 ]  # fmt: skip
+# A dated note: YYYY-MM-DD at the start of its file name (memory/2026-10-14.md, 2026-10-14-deploy.jsonl).
+_DATED_RE = re.compile(r"(?:^|/)(\d{4}-\d{2}-\d{2})[^/]*$")
 
 
 @dataclass(frozen=True)
@@ -57,9 +74,111 @@ class SearchResult:
     vector_score: float
     text_score: float
     chunk_id: str
+    relevance: float = 0.0  # the calibrated evidence min_score compares (== score with weighted fusion)
+    doc_id: str = ""
+    date: str = ""  # the note's date: from a dated file name, else the file's mtime (YYYY-MM-DD)
+    snippet_locator: str = ""  # the lines the snippet shows (L14-L16), else the chunk's locator
+    highlights: tuple[tuple[int, int], ...] = ()  # [start, end) character spans of matched terms in snippet
 
     def to_json(self) -> dict:
-        return asdict(self)
+        out = asdict(self)
+        out["highlights"] = [list(h) for h in self.highlights]
+        return out
+
+
+@dataclass(frozen=True)
+class SearchFilters:
+    """Which rows may be returned; applied inside LanceDB before ranking (prefilter)."""
+
+    source: str | None = None
+    modality: tuple[str, ...] = ()
+    path_glob: str | None = None
+    since: date | None = None  # inclusive, on the note's date
+    until: date | None = None  # inclusive
+
+    def where(self) -> str | None:
+        parts = []
+        if self.source:
+            parts.append(f"source = {_sql_str(self.source)}")
+        if self.modality:
+            parts.append(f"modality IN ({', '.join(_sql_str(m) for m in self.modality)})")
+        if self.path_glob:
+            parts.append(f"regexp_like(path, {_sql_str(glob_to_rust_regex(self.path_glob))})")
+        if self.since or self.until:
+            parts.append(_date_range_sql(self.since, self.until))
+        return " AND ".join(f"({p})" for p in parts) or None
+
+
+def _sql_str(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def glob_to_rust_regex(pattern: str) -> str:
+    """A path glob (``**`` spans folders, as in the sources' include globs) as an anchored regex
+    for LanceDB's SQL ``regexp_like`` (Rust syntax: no lookarounds, ``\\Z`` spelled ``$``)."""
+    out = []
+    i = 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out.append("(.*/)?")
+            i += 3
+        elif pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif pattern[i] in "*?":
+            out.append("[^/]*" if pattern[i] == "*" else "[^/]")
+            i += 1
+        else:
+            ch = pattern[i]
+            out.append("\\" + ch if ch in _RUST_META else ch)
+            i += 1
+    return "^" + "".join(out) + "$"
+
+
+_RUST_META = set("\\.+*?()|[]{}^$#&-~")
+
+
+def _date_range_sql(since: date | None, until: date | None) -> str:
+    """Dated notes by the date in their file name, other files by their mtime."""
+    lo = since or date.min
+    hi = until or date.max
+    if lo > hi:
+        raise ConfigError(f"the date range is empty: since {lo} is after until {hi}", key="since")
+    dated = r"(^|/)\d{4}-\d{2}-\d{2}[^/]*$"
+    in_range = "(^|/)(" + "|".join(date_range_regex(lo, hi)) + r")[^/]*$"
+    mtime = []
+    if since:
+        mtime.append(f"created_at >= TIMESTAMP '{since.isoformat()} 00:00:00'")
+    if until:
+        mtime.append(f"created_at < TIMESTAMP '{(until + timedelta(days=1)).isoformat()} 00:00:00'")
+    return (
+        f"(regexp_like(path, {_sql_str(in_range)})) OR "
+        f"(NOT regexp_like(path, {_sql_str(dated)}) AND {' AND '.join(mtime)})"
+    )
+
+
+def date_range_regex(lo: date, hi: date) -> list[str]:
+    """Regex alternatives matching exactly the ISO dates ``lo..hi`` (inclusive): whole years,
+    whole months, then single days at the edges, so any range stays a short pattern."""
+    out: list[str] = []
+    d: date | None = lo
+    while d is not None and d <= hi:
+        year_end = date(d.year, 12, 31)
+        month_end = year_end if d.month == 12 else date(d.year, d.month + 1, 1) - timedelta(days=1)
+        if (d.month, d.day) == (1, 1) and year_end <= hi:
+            out.append(rf"{d.year:04d}-\d{{2}}-\d{{2}}")
+            d = _next_day(year_end)
+        elif d.day == 1 and month_end <= hi:
+            out.append(rf"{d.year:04d}-{d.month:02d}-\d{{2}}")
+            d = _next_day(month_end)
+        else:
+            out.append(d.isoformat())
+            d = _next_day(d)
+    return out
+
+
+def _next_day(d: date) -> date | None:
+    return None if d == date.max else d + timedelta(days=1)
 
 
 _STOP = frozenset(
@@ -71,6 +190,17 @@ _TERM_RE = re.compile(r"[^\W_]+", re.UNICODE)
 
 def _fold(text: str) -> str:
     return "".join(c for c in unicodedata.normalize("NFKD", text.lower()) if not unicodedata.combining(c))
+
+
+def _fold_with_map(text: str) -> tuple[str, list[int]]:
+    """The folded text and, for each folded character, the index of its original character."""
+    chars: list[str] = []
+    origin: list[int] = []
+    for i, ch in enumerate(text):
+        for f in _fold(ch):
+            chars.append(f)
+            origin.append(i)
+    return "".join(chars), origin
 
 
 def query_terms(query: str) -> list[str]:
@@ -90,19 +220,321 @@ def term_coverage(terms: list[str], text: str) -> float:
     return sum(1 for t in terms if t in folded) / len(terms)
 
 
-def _snippet(text: str, query: str, max_chars: int = 320) -> str:
-    terms = [t.lower() for t in re.findall(r"\w+", query) if len(t) > 2]
-    lines = [ln for ln in text.split("\n") if ln.strip()]
-    if not lines:
-        return ""
-    best = 0
-    if terms:
-        scores = [sum(t in ln.lower() for t in terms) for ln in lines]
-        best = int(np.argmax(scores)) if max(scores) > 0 else 0
-    out = " ".join(lines[best:])
-    if best > 0:
-        out = "… " + out
-    return out if len(out) <= max_chars else out[: max_chars - 1].rstrip() + "…"
+def note_date(path: str, created_at: datetime | None) -> date | None:
+    """The date a note is about: ``YYYY-MM-DD`` at the start of its file name, else its mtime."""
+    m = _DATED_RE.search(path)
+    if m:
+        try:
+            return date.fromisoformat(m.group(1))
+        except ValueError:
+            pass
+    return created_at.date() if created_at is not None else None
+
+
+def _term_spans(folded: str, terms: Sequence[str]) -> list[tuple[int, int]]:
+    spans = []
+    for t in set(terms):
+        # ASCII terms match at a word start (a stem matches its longer forms); CJK anywhere.
+        pattern = re.escape(t) + r"\w*" if t.isascii() else re.escape(t)
+        prefix = r"(?<![^\W_])" if t.isascii() else ""
+        spans.extend((m.start(), m.end()) for m in re.finditer(prefix + pattern, folded))
+    spans.sort()
+    merged: list[tuple[int, int]] = []
+    for s, e in spans:
+        if merged and s <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(e, merged[-1][1]))
+        else:
+            merged.append((s, e))
+    return merged
+
+
+def make_snippet(
+    text: str, terms: Sequence[str], *, max_lines: int = 3, max_chars: int = 320
+) -> tuple[str, int, int, tuple[tuple[int, int], ...]]:
+    """The best window of up to ``max_lines`` lines (most matched terms), with highlight spans.
+
+    Returns (snippet, first line index, last line index within ``text``, spans).
+    """
+    lines = text.split("\n")
+    nonblank = [i for i, ln in enumerate(lines) if ln.strip()]
+    if not nonblank:
+        return "", 0, 0, ()
+    hits = []
+    for ln in lines:
+        folded = _fold(ln)
+        hits.append({t for t in terms if t in folded})
+    best_start, best_score = nonblank[0], -1
+    for i in nonblank:
+        window = [j for j in range(i, min(i + max_lines, len(lines)))]
+        found = set().union(*(hits[j] for j in window))
+        score = len(found)
+        if score > best_score:
+            best_start, best_score = i, score
+    chosen = [j for j in range(best_start, min(best_start + max_lines, len(lines))) if lines[j].strip()]
+    first, last = chosen[0], chosen[-1]
+    snippet = " ".join(lines[j].strip() for j in chosen)
+    if first > nonblank[0]:
+        snippet = "… " + snippet
+    if last < nonblank[-1]:
+        snippet += " …"
+    if len(snippet) > max_chars:
+        # Keep the first highlight in view.
+        folded, origin = _fold_with_map(snippet)
+        spans = _term_spans(folded, terms)
+        start = max(0, origin[spans[0][0]] - max_chars // 4) if spans else 0
+        end = start + max_chars - 2
+        snippet = ("… " if start else "") + snippet[start:end].strip() + " …"
+    folded, origin = _fold_with_map(snippet)
+    spans = tuple(
+        (origin[s], origin[e - 1] + 1) for s, e in _term_spans(folded, terms)
+    )
+    return snippet, first, last, spans
+
+
+def highlight(snippet: str, spans: Sequence[tuple[int, int]], *, before: str = "**", after: str = "**") -> str:
+    out, pos = [], 0
+    for s, e in spans:
+        out.append(snippet[pos:s])
+        out.append(f"{before}{snippet[s:e]}{after}")
+        pos = e
+    out.append(snippet[pos:])
+    return "".join(out)
+
+
+@dataclass
+class Candidate:
+    row: dict
+    sv: float = 0.0
+    st: float = 0.0
+    relevance: float = 0.0
+    score: float = 0.0
+    vector: np.ndarray | None = None
+    day: date | None = None
+
+
+@dataclass(frozen=True)
+class QueryOptions:
+    """One query's knobs; the defaults come from ``settings.query``."""
+
+    max_results: int
+    min_score: float
+    mode: str = "hybrid"
+    fusion: str = "weighted"
+    mmr: bool = False
+    mmr_lambda: float = 0.7
+    recency_half_life_days: float = 0.0
+    filters: SearchFilters = field(default_factory=SearchFilters)
+    now: datetime | None = None
+
+
+class MemorySearcher:
+    """The table and provider opened once; each ``search`` is one query (what eval and benchmarks reuse)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.store = VectorStore(settings.lancedb_uri, settings.table_name)
+        self.table = self.store.open()
+        self.dims = self.store.dims() if self.table is not None else 0
+        self.provider = resolve_provider(settings).provider if self.dims else None
+        self.has_ann = self.store.vector_index() is not None if self.dims else False
+
+    def options(self, **kw) -> QueryOptions:
+        q = self.settings.query
+        return QueryOptions(
+            max_results=kw.pop("max_results", None) or q.max_results,
+            min_score=q.min_score if kw.get("min_score") is None else kw["min_score"],
+            mode=kw.get("mode") or "hybrid",
+            fusion=kw.get("fusion") or q.fusion,
+            mmr=q.mmr if kw.get("mmr") is None else kw["mmr"],
+            mmr_lambda=q.mmr_lambda if kw.get("mmr_lambda") is None else kw["mmr_lambda"],
+            recency_half_life_days=(
+                q.recency_half_life_days if kw.get("recency_half_life_days") is None else kw["recency_half_life_days"]
+            ),
+            filters=kw.get("filters") or SearchFilters(),
+            now=kw.get("now"),
+        )
+
+    def search(self, query: str, opts: QueryOptions) -> list[SearchResult]:
+        terms = query_terms(query)
+        return [self._result(c, terms) for c in self.ranked(query, opts)[: opts.max_results]]
+
+    def ranked(self, query: str, opts: QueryOptions, *, pool: int | None = None) -> list[Candidate]:
+        """Every candidate above ``min_score``, best first (MMR order when on)."""
+        if opts.mode not in MODES:
+            raise ConfigError(f"mode must be one of {', '.join(MODES)}, got {opts.mode!r}", key="mode")
+        if opts.fusion not in FUSIONS:
+            raise ConfigError(f"fusion must be one of {', '.join(FUSIONS)}, got {opts.fusion!r}", key="fusion")
+        query = query.strip()
+        if not query or self.table is None:
+            return []
+        mode = opts.mode
+        if mode == "vector" and self.provider is None:
+            raise ConfigError("vector search needs an embedding provider; this index is full-text only", key="mode")
+        if self.provider is None:
+            mode = "fts"
+        pool = pool or max(opts.max_results * self.settings.query.candidate_multiplier, MIN_POOL)
+        where = opts.filters.where()
+        want_vectors = self.provider is not None
+        qvec = self.provider.embed_query(query) if (want_vectors and mode != "fts") or (want_vectors and opts.mmr) else None
+        terms = query_terms(query)
+        candidates: dict[str, Candidate] = {}
+
+        if mode in ("hybrid", "vector") and qvec is not None:
+            q = ann_query(self.table.search(qvec, vector_column_name="vector").distance_type("cosine"), self.settings.ann)
+            if where:
+                q = q.where(where, prefilter=True)
+            for row in q.select(_COLUMNS + ["vector", "_distance"]).limit(pool).to_list():
+                vec = np.asarray(row.pop("vector"), dtype=np.float32)
+                candidates[row["chunk_id"]] = Candidate(row, sv=max(0.0, 1.0 - float(row["_distance"])), vector=vec)
+
+        fts_full = False
+        min_bm25 = 0.0
+        if mode in ("hybrid", "fts"):
+            fts_rows = self._fts(query, where, pool, with_vectors=want_vectors)
+            fts_full = len(fts_rows) >= pool
+            if fts_rows:
+                min_bm25 = min(float(r.get("_score", 0.0)) for r in fts_rows)
+            for row in fts_rows:
+                bm25 = float(row.get("_score", 0.0))
+                st = _text_score(terms, row, bm25)
+                vec = row.pop("vector", None)
+                existing = candidates.get(row["chunk_id"])
+                if existing is not None:
+                    existing.st = st
+                    continue
+                cand = Candidate(row, st=st)
+                if vec is not None:
+                    cand.vector = np.asarray(vec, dtype=np.float32)
+                    if qvec is not None:
+                        cand.sv = max(0.0, float(np.dot(cand.vector, qvec)))
+                candidates[row["chunk_id"]] = cand
+            if fts_full and mode == "hybrid":
+                # Vector-only candidates outside a full FTS pool: bm25 is at most the pool's lowest.
+                for cand in candidates.values():
+                    if cand.st == 0.0 and cand.row["chunk_id"] not in {r["chunk_id"] for r in fts_rows}:
+                        cand.st = _text_score(terms, cand.row, min_bm25)
+
+        cands = list(candidates.values())
+        self._score(cands, mode, opts)
+        cands = [c for c in cands if c.relevance >= opts.min_score]
+        cands.sort(key=lambda c: (-c.score, c.row["path"], c.row["line_start"]))
+        if opts.mmr and len(cands) > 1:
+            cands = _mmr(cands, terms, opts.mmr_lambda, limit=len(cands))
+        return cands
+
+    def _fts(self, query: str, where: str | None, pool: int, *, with_vectors: bool) -> list[dict]:
+        cols = _COLUMNS + ["_score"] + (["vector"] if with_vectors else [])
+        q = self.table.search(_fts_query_text(query), query_type="fts", fts_columns=FTS_COLUMN).limit(pool)
+        if where:
+            q = q.where(where, prefilter=True)
+        try:
+            return q.select(cols).to_list()
+        except Exception as err:  # no FTS index yet on an empty or fresh table; a query of only punctuation
+            text = str(err).lower()
+            if "index" not in text and "query" not in text and "token" not in text:
+                raise
+            return []
+
+    def _score(self, cands: list[Candidate], mode: str, opts: QueryOptions) -> None:
+        q = self.settings.query
+        top = max(q.vector_weight, q.text_weight) or 1.0
+        ev, et = q.vector_weight / top, q.text_weight / top
+        for c in cands:
+            if mode == "vector":
+                c.relevance = c.sv
+            elif mode == "fts":
+                c.relevance = c.st
+            else:
+                c.relevance = 1.0 - (1.0 - c.sv) ** ev * (1.0 - min(c.st, 0.999999)) ** et
+            c.score = c.relevance
+        if mode == "hybrid" and opts.fusion == "rrf" and cands:
+            k = q.rrf_k
+            legs = ((q.vector_weight, "sv"), (q.text_weight, "st"))
+            best = sum(w / (k + 1) for w, _ in legs)
+            fused = {id(c): 0.0 for c in cands}
+            for w, attr in legs:
+                ranked = sorted((c for c in cands if getattr(c, attr) > 0), key=lambda c: -getattr(c, attr))
+                for rank, c in enumerate(ranked, start=1):
+                    fused[id(c)] += w / (k + rank)
+            for c in cands:
+                c.score = fused[id(c)] / best if best else 0.0
+        if opts.recency_half_life_days > 0:
+            today = (opts.now or datetime.now(timezone.utc)).date()
+            for c in cands:
+                m = _DATED_RE.search(c.row["path"])
+                if m is None:
+                    continue  # undated (evergreen) notes do not age
+                try:
+                    day = date.fromisoformat(m.group(1))
+                except ValueError:
+                    continue
+                age = max((today - day).days, 0)
+                c.score *= 0.5 ** (age / opts.recency_half_life_days)
+
+    @staticmethod
+    def _result(c: Candidate, terms: list[str]) -> SearchResult:
+        row = c.row
+        snippet, first, last, spans = make_snippet(row["text"], terms)
+        line_start, line_end = int(row["line_start"]), int(row["line_end"])
+        snippet_locator = row["locator"]
+        n_lines = row["text"].count("\n") + 1
+        if row["modality"] in ("markdown", "text") and n_lines == line_end - line_start + 1:
+            snippet_locator = f"L{line_start + first}-L{line_start + last}"
+        day = note_date(row["path"], row.get("created_at"))
+        return SearchResult(
+            path=row["original_file_path"] or str(Path(row["path"])),
+            source=row["source"],
+            locator=row["locator"],
+            score=round(float(c.score), 4),
+            snippet=snippet,
+            modality=row["modality"],
+            mime_type=row["mime_type"],
+            line_start=line_start,
+            line_end=line_end,
+            heading=row["heading"] or "",
+            memory_type=row["memory_type"] or "text",
+            vector_score=round(float(c.sv), 4),
+            text_score=round(float(c.st), 4),
+            chunk_id=row["chunk_id"],
+            relevance=round(float(c.relevance), 4),
+            doc_id=row.get("doc_id") or "",
+            date=day.isoformat() if day else "",
+            snippet_locator=snippet_locator,
+            highlights=spans,
+        )
+
+
+def _text_score(terms: list[str], row: dict, bm25: float) -> float:
+    if bm25 <= 0:
+        return 0.0
+    coverage = term_coverage(terms, row["text"] + "\n" + (row["heading"] or "") + "\n" + row["path"])
+    return coverage * (0.6 + 0.4 * bm25 / (bm25 + BM25_HALF))
+
+
+def _fts_query_text(query: str) -> str:
+    # LanceDB parses the string as a query; keep words only so "ERR-4471:" or quotes never fail to parse.
+    return " ".join(_TERM_RE.findall(query)) or query
+
+
+def _mmr(cands: list[Candidate], terms: list[str], lam: float, *, limit: int) -> list[Candidate]:
+    """Greedy maximal marginal relevance: ``lam * score - (1 - lam) * max similarity to the picked``."""
+    use_vectors = all(c.vector is not None for c in cands)
+    if use_vectors:
+        mat = np.stack([c.vector for c in cands])
+        sims = mat @ mat.T
+    else:
+        sets = [set(_TERM_RE.findall(_fold(c.row["text"]))) for c in cands]
+        sims = np.array([[len(a & b) / max(len(a | b), 1) for b in sets] for a in sets], dtype=np.float32)
+    scores = np.array([c.score for c in cands], dtype=np.float32)
+    picked: list[int] = []
+    max_sim = np.zeros(len(cands), dtype=np.float32)
+    remaining = set(range(len(cands)))
+    while remaining and len(picked) < limit:
+        best = max(remaining, key=lambda i: (lam * scores[i] - (1 - lam) * max_sim[i], scores[i], -i))
+        picked.append(best)
+        remaining.discard(best)
+        max_sim = np.maximum(max_sim, sims[best])
+    return [cands[i] for i in picked]
 
 
 def search(
@@ -115,97 +547,43 @@ def search(
     mode: str = "hybrid",
     source: str | None = None,
     path_glob: str | None = None,
+    modality: str | Sequence[str] | None = None,
+    since: date | str | None = None,
+    until: date | str | None = None,
+    fusion: str | None = None,
+    mmr: bool | None = None,
+    mmr_lambda: float | None = None,
+    recency_half_life_days: float | None = None,
+    now: datetime | None = None,
 ) -> list[SearchResult]:
-    """Search the memory index; results best first, each above ``min_score``."""
+    """Search the memory index; results best first, each with relevance above ``min_score``."""
     settings = settings or load_settings(config)
-    if mode not in MODES:
-        raise ConfigError(f"mode must be one of {', '.join(MODES)}, got {mode!r}", key="mode")
-    query = query.strip()
-    if not query:
-        return []
-    max_results = max_results or settings.query.max_results
-    min_score = settings.query.min_score if min_score is None else min_score
-    store = VectorStore(settings.lancedb_uri, settings.table_name)
-    table = store.open()
-    if table is None or table.count_rows() == 0:
-        return []
-    dims = store.dims()
-    provider = resolve_provider(settings).provider if dims else None
-    if mode == "vector" and provider is None:
-        raise ConfigError("vector search needs an embedding provider; this index is full-text only", key="mode")
-    if provider is None:
-        mode = "fts"
-    where = f"source = '{source.replace(chr(39), chr(39) * 2)}'" if source else None
-    pool = max(max_results * 5, 30)
+    searcher = MemorySearcher(settings)
+    filters = SearchFilters(
+        source=source,
+        modality=(modality,) if isinstance(modality, str) else tuple(modality or ()),
+        path_glob=path_glob,
+        since=_as_date(since, "since"),
+        until=_as_date(until, "until"),
+    )
+    opts = searcher.options(
+        max_results=max_results,
+        min_score=min_score,
+        mode=mode,
+        fusion=fusion,
+        mmr=mmr,
+        mmr_lambda=mmr_lambda,
+        recency_half_life_days=recency_half_life_days,
+        filters=filters,
+        now=now,
+    )
+    return searcher.search(query, opts)
 
-    qvec = provider.embed_query(query) if provider is not None else None
-    terms = query_terms(query)
-    candidates: dict[str, dict] = {}
-    if mode in ("hybrid", "vector") and qvec is not None:
-        q = table.search(qvec, vector_column_name="vector").distance_type("cosine").limit(pool)
-        if where:
-            q = q.where(where, prefilter=True)
-        for row in q.select(_COLUMNS + ["_distance"]).to_list():
-            row["sv"] = max(0.0, 1.0 - float(row["_distance"]))
-            row["st"] = 0.0
-            candidates[row["chunk_id"]] = row
-    if mode in ("hybrid", "fts"):
-        q = table.search(query, query_type="fts", fts_columns=FTS_COLUMN).limit(pool)
-        if where:
-            q = q.where(where, prefilter=True)
-        cols = _COLUMNS + ["_score"] + (["vector"] if qvec is not None else [])
-        try:
-            fts_rows = q.select(cols).to_list()
-        except Exception as err:  # no FTS index yet on an empty or fresh table
-            if "index" not in str(err).lower():
-                raise
-            fts_rows = []
-        for row in fts_rows:
-            bm25 = float(row.get("_score", 0.0))
-            coverage = term_coverage(terms, row["text"] + "\n" + (row["heading"] or "") + "\n" + row["path"])
-            st = coverage * (0.6 + 0.4 * bm25 / (bm25 + BM25_HALF)) if bm25 > 0 else 0.0
-            existing = candidates.get(row["chunk_id"])
-            if existing is not None:
-                existing["st"] = st
-                continue
-            vec = row.pop("vector", None)
-            row["sv"] = max(0.0, float(np.dot(np.asarray(vec, dtype=np.float32), qvec))) if vec is not None and qvec is not None else 0.0
-            row["st"] = st
-            candidates[row["chunk_id"]] = row
 
-    wv, wt = settings.query.vector_weight, settings.query.text_weight
-    top = max(wv, wt) or 1.0
-    ev, et = wv / top, wt / top
-    results: list[SearchResult] = []
-    for row in candidates.values():
-        if path_glob and not glob_match(row["path"], path_glob):
-            continue
-        sv, st = row["sv"], row["st"]
-        if mode == "vector":
-            score = sv
-        elif mode == "fts":
-            score = st
-        else:
-            score = 1.0 - (1.0 - sv) ** ev * (1.0 - min(st, 0.999999)) ** et
-        if score < min_score:
-            continue
-        results.append(
-            SearchResult(
-                path=row["original_file_path"] or str(Path(row["path"])),
-                source=row["source"],
-                locator=row["locator"],
-                score=round(float(score), 4),
-                snippet=_snippet(row["text"], query),
-                modality=row["modality"],
-                mime_type=row["mime_type"],
-                line_start=int(row["line_start"]),
-                line_end=int(row["line_end"]),
-                heading=row["heading"] or "",
-                memory_type=row["memory_type"] or "text",
-                vector_score=round(float(sv), 4),
-                text_score=round(float(st), 4),
-                chunk_id=row["chunk_id"],
-            )
-        )
-    results.sort(key=lambda r: (-r.score, r.path, r.line_start))
-    return results[:max_results]
+def _as_date(value: date | str | None, key: str) -> date | None:
+    if value is None or isinstance(value, date):
+        return value
+    try:
+        return date.fromisoformat(value)
+    except ValueError as err:
+        raise ConfigError(f"{key} must be a date YYYY-MM-DD, got {value!r}", key=key) from err

@@ -196,7 +196,7 @@ def memory_vectors(context: dg.AssetExecutionContext, config: IndexRunConfig, me
     if context.run.tags.get(MAINTENANCE_TAG) == "true":
         from memory_pipeline.stores.lance import VectorStore
 
-        maintenance = VectorStore(settings.lancedb_uri, settings.table_name).maintain()
+        maintenance = VectorStore(settings.lancedb_uri, settings.table_name).maintain(ann=settings.ann)
         context.log.info(f"table maintenance: {maintenance}")
     return dg.MaterializeResult(
         metadata={
