@@ -3,9 +3,13 @@
 Scores are in [0, 1] in every mode and fusion:
 
 * vector similarity ``sv`` = cosine similarity of the query and the chunk, clipped at 0;
-* text score ``st`` = ``coverage * (0.6 + 0.4 * bm25 / (bm25 + 3))`` where coverage is the
+* text score ``st`` = ``coverage**2 * (0.6 + 0.4 * bm25 / (bm25 + 3))`` where coverage is the
   share of the query's terms (stop words aside) present in the chunk: a chunk holding
-  every term scores at least 0.6, one matching a single word of four stays low;
+  every term scores at least 0.6, one matching a single word of four stays low (1/16 of
+  that: a partial keyword hit is weak evidence, and the embedding already saw the word);
+* identifiers: a query token holding a digit (ERR_PAYMENT_4471, PAY-2291, 1.47.0) is a
+  hard fact; a chunk missing its digit runs keeps only ``0.25 + 0.75 * found / all`` of its
+  relevance, however close its vector (the model sees 4417 and 4471 as near twins);
 * ``relevance`` (what ``min_score`` compares, so abstention is the same in every fusion):
   vector mode ``sv``, fts mode ``st``, hybrid ``1 - (1 - sv)**(wv/w) * (1 - st)**(wt/w)``
   with ``w = max(wv, wt)``: a weighted "noisy OR". Either leg alone can make a result
@@ -183,7 +187,8 @@ def _next_day(d: date) -> date | None:
 
 _STOP = frozenset(
     "a an and are as at be by did do does for from had has have how i in is it its me my of on or "
-    "our the their there this to was we were what when where which who why will with you your".split()
+    "our the their there this to was we were what when where which who why will with you your "
+    "about am been can could he her him his if into just not she so than that them then they us would".split()
 )
 _TERM_RE = re.compile(r"[^\W_]+", re.UNICODE)
 
@@ -203,14 +208,46 @@ def _fold_with_map(text: str) -> tuple[str, list[int]]:
     return "".join(chars), origin
 
 
+_CJK_RE = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
+
+
 def query_terms(query: str) -> list[str]:
-    """Content terms of a query, folded; a light stem so plural/verb forms still match."""
+    """Content terms of a query, folded; a light stem so plural/verb forms still match.
+
+    CJK runs (no spaces between words) become character bigrams, so 团建预算 is matched
+    by a note holding 团建 and 预算 apart.
+    """
     terms = []
     for term in _TERM_RE.findall(_fold(query)):
         if term in _STOP:
             continue
+        if _CJK_RE.search(term):
+            terms.extend([term] if len(term) < 2 else [term[i : i + 2] for i in range(len(term) - 1)])
+            continue
         terms.append(term[: max(4, len(term) - 2)] if term.isascii() and len(term) > 5 else term)
     return terms
+
+
+def identifier_terms(query: str) -> list[str]:
+    """The parts of a query that name one thing exactly: tokens holding a digit (codes,
+    ids, versions, hosts: ERR_PAYMENT_4471, PAY-2291, db-07, 1.47.0), as their digit runs."""
+    out = []
+    for token in query.split():
+        if any(ch.isdigit() for ch in token):
+            out.extend(run for run in re.findall(r"\d+", token) if len(run) >= 2)
+    return out
+
+
+def identifier_factor(ids: list[str], text: str) -> float:
+    """1 when every identifier of the query is in the text; down to 0.25 when none is.
+
+    An id is a hard fact: a note about ERR_PAYMENT_4417 does not answer ERR_PAYMENT_9999
+    however similar the two look to an embedding model.
+    """
+    if not ids:
+        return 1.0
+    found = sum(1 for i in ids if i in text)
+    return 0.25 + 0.75 * found / len(ids)
 
 
 def term_coverage(terms: list[str], text: str) -> float:
@@ -415,7 +452,7 @@ class MemorySearcher:
                         cand.st = _text_score(terms, cand.row, min_bm25)
 
         cands = list(candidates.values())
-        self._score(cands, mode, opts)
+        self._score(cands, mode, opts, identifier_terms(query))
         cands = [c for c in cands if c.relevance >= opts.min_score]
         cands.sort(key=lambda c: (-c.score, c.row["path"], c.row["line_start"]))
         if opts.mmr and len(cands) > 1:
@@ -435,7 +472,7 @@ class MemorySearcher:
                 raise
             return []
 
-    def _score(self, cands: list[Candidate], mode: str, opts: QueryOptions) -> None:
+    def _score(self, cands: list[Candidate], mode: str, opts: QueryOptions, ids: list[str]) -> None:
         q = self.settings.query
         top = max(q.vector_weight, q.text_weight) or 1.0
         ev, et = q.vector_weight / top, q.text_weight / top
@@ -446,6 +483,8 @@ class MemorySearcher:
                 c.relevance = c.st
             else:
                 c.relevance = 1.0 - (1.0 - c.sv) ** ev * (1.0 - min(c.st, 0.999999)) ** et
+            if ids and mode != "fts":
+                c.relevance *= identifier_factor(ids, _haystack(c.row))
             c.score = c.relevance
         if mode == "hybrid" and opts.fusion == "rrf" and cands:
             k = q.rrf_k
@@ -504,16 +543,21 @@ class MemorySearcher:
         )
 
 
+def _haystack(row: dict) -> str:
+    return _fold(row["text"] + "\n" + (row["heading"] or "") + "\n" + row["path"])
+
+
 def _text_score(terms: list[str], row: dict, bm25: float) -> float:
     if bm25 <= 0:
         return 0.0
-    coverage = term_coverage(terms, row["text"] + "\n" + (row["heading"] or "") + "\n" + row["path"])
-    return coverage * (0.6 + 0.4 * bm25 / (bm25 + BM25_HALF))
+    coverage = term_coverage(terms, _haystack(row))
+    return coverage * coverage * (0.6 + 0.4 * bm25 / (bm25 + BM25_HALF))
 
 
 def _fts_query_text(query: str) -> str:
-    # LanceDB parses the string as a query; keep words only so "ERR-4471:" or quotes never fail to parse.
-    return " ".join(_TERM_RE.findall(query)) or query
+    # The raw text, tokenized by the index's own tokenizer: ERR_PAYMENT_4471 and mon-03.fra.internal
+    # stay whole tokens there, so splitting them here would lose the exact match.
+    return query
 
 
 def _mmr(cands: list[Candidate], terms: list[str], lam: float, *, limit: int) -> list[Candidate]:

@@ -54,7 +54,7 @@ class CacheConfig:
 @dataclass(frozen=True)
 class QueryConfig:
     max_results: int = 6
-    min_score: float = 0.35
+    min_score: float = 0.4
     vector_weight: float = 0.7
     text_weight: float = 0.3
     fusion: str = "weighted"  # weighted (noisy-OR of calibrated scores) | rrf
