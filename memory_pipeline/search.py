@@ -162,27 +162,45 @@ def _date_range_sql(since: date | None, until: date | None) -> str:
 
 
 def date_range_regex(lo: date, hi: date) -> list[str]:
-    """Regex alternatives matching exactly the ISO dates ``lo..hi`` (inclusive): whole years,
-    whole months, then single days at the edges, so any range stays a short pattern."""
-    out: list[str] = []
-    d: date | None = lo
-    while d is not None and d <= hi:
-        year_end = date(d.year, 12, 31)
-        month_end = year_end if d.month == 12 else date(d.year, d.month + 1, 1) - timedelta(days=1)
-        if (d.month, d.day) == (1, 1) and year_end <= hi:
-            out.append(rf"{d.year:04d}-\d{{2}}-\d{{2}}")
-            d = _next_day(year_end)
-        elif d.day == 1 and month_end <= hi:
-            out.append(rf"{d.year:04d}-{d.month:02d}-\d{{2}}")
-            d = _next_day(month_end)
-        else:
-            out.append(d.isoformat())
-            d = _next_day(d)
-    return out
+    """Regex alternatives matching exactly the ISO dates ``lo..hi`` (inclusive), compact for any
+    range (open ends included): whole years, whole months and day runs as digit ranges."""
+    if lo > hi:
+        return []
+    if lo.year == hi.year:
+        out = []
+        for month in range(lo.month, hi.month + 1):
+            first = lo.day if month == lo.month else 1
+            last = hi.day if month == hi.month else _month_days(lo.year, month)
+            days = r"\d{2}" if (first, last) == (1, _month_days(lo.year, month)) else _alt(_digit_range(f"{first:02d}", f"{last:02d}"))
+            out.append(f"{lo.year:04d}-{month:02d}-{days}")
+        return out
+    out = date_range_regex(lo, date(lo.year, 12, 31))
+    if hi.year - lo.year > 1:
+        out.append(_alt(_digit_range(f"{lo.year + 1:04d}", f"{hi.year - 1:04d}")) + r"-\d{2}-\d{2}")
+    return out + date_range_regex(date(hi.year, 1, 1), hi)
 
 
-def _next_day(d: date) -> date | None:
-    return None if d == date.max else d + timedelta(days=1)
+def _month_days(year: int, month: int) -> int:
+    return ((date(year, 12, 31) if month == 12 else date(year, month + 1, 1) - timedelta(days=1))).day
+
+
+def _alt(parts: list[str]) -> str:
+    return parts[0] if len(parts) == 1 else "(" + "|".join(parts) + ")"
+
+
+def _digit_range(a: str, b: str) -> list[str]:
+    """Regexes matching exactly the equal-width digit strings from ``a`` to ``b``."""
+    if a == b:
+        return [a]
+    if len(a) == 1:
+        return [f"[{a}-{b}]"]
+    if a[0] == b[0]:
+        return [a[0] + rest for rest in _digit_range(a[1:], b[1:])]
+    width = len(a) - 1
+    out = [a[0] + rest for rest in _digit_range(a[1:], "9" * width)]
+    if int(b[0]) - int(a[0]) > 1:
+        out.append(f"[{int(a[0]) + 1}-{int(b[0]) - 1}]" + r"\d" * width)
+    return out + [b[0] + rest for rest in _digit_range("0" * width, b[1:])]
 
 
 _STOP = frozenset(
