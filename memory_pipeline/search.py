@@ -212,6 +212,8 @@ _TERM_RE = re.compile(r"[^\W_]+", re.UNICODE)
 
 
 def _fold(text: str) -> str:
+    if text.isascii():
+        return text.lower()
     return "".join(c for c in unicodedata.normalize("NFKD", text.lower()) if not unicodedata.combining(c))
 
 
@@ -465,8 +467,9 @@ class MemorySearcher:
                 candidates[row["chunk_id"]] = cand
             if fts_full and mode == "hybrid":
                 # Vector-only candidates outside a full FTS pool: bm25 is at most the pool's lowest.
+                in_fts = {r["chunk_id"] for r in fts_rows}
                 for cand in candidates.values():
-                    if cand.st == 0.0 and cand.row["chunk_id"] not in {r["chunk_id"] for r in fts_rows}:
+                    if cand.st == 0.0 and cand.row["chunk_id"] not in in_fts:
                         cand.st = _text_score(terms, cand.row, min_bm25)
 
         cands = list(candidates.values())
