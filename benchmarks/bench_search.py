@@ -43,7 +43,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from memory_pipeline.search import MODES, MemorySearcher  # noqa: E402
-from memory_pipeline.settings import AnnConfig, settings_from_dict  # noqa: E402
+from memory_pipeline.settings import settings_from_dict  # noqa: E402
 from memory_pipeline.stores.lance import FTS_COLUMN, VectorStore, ann_query, table_schema  # noqa: E402
 
 SEED = 20261130

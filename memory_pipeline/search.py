@@ -35,12 +35,10 @@ Scores are in [0, 1] in every mode and fusion:
 
 from __future__ import annotations
 
-import math
 import re
-import time
 import unicodedata
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 
@@ -277,15 +275,18 @@ def term_coverage(terms: list[str], text: str) -> float:
     return sum(1 for t in terms if t in folded) / len(terms)
 
 
-def note_date(path: str, created_at: datetime | None) -> date | None:
-    """The date a note is about: ``YYYY-MM-DD`` at the start of its file name, else its mtime."""
+def file_name_date(path: str) -> date | None:
+    """``YYYY-MM-DD`` at the start of the file name (a dated note), else None."""
     m = _DATED_RE.search(path)
-    if m:
-        try:
-            return date.fromisoformat(m.group(1))
-        except ValueError:
-            pass
-    return created_at.date() if created_at is not None else None
+    try:
+        return date.fromisoformat(m.group(1)) if m else None
+    except ValueError:
+        return None
+
+
+def note_date(path: str, created_at: datetime | None) -> date | None:
+    """The date a note is about: from a dated file name, else the file's mtime."""
+    return file_name_date(path) or (created_at.date() if created_at is not None else None)
 
 
 def _term_spans(folded: str, terms: Sequence[str]) -> list[tuple[int, int]]:
@@ -366,7 +367,6 @@ class Candidate:
     relevance: float = 0.0
     score: float = 0.0
     vector: np.ndarray | None = None
-    day: date | None = None
 
 
 @dataclass(frozen=True)
@@ -431,8 +431,9 @@ class MemorySearcher:
             mode = "fts"
         pool = pool or max(opts.max_results * self.settings.query.candidate_multiplier, MIN_POOL)
         where = opts.filters.where()
-        want_vectors = self.provider is not None
-        qvec = self.provider.embed_query(query) if (want_vectors and mode != "fts") or (want_vectors and opts.mmr) else None
+        # Chunk vectors are needed to score FTS hits against the query (hybrid) and for MMR.
+        want_vectors = self.provider is not None and (mode == "hybrid" or opts.mmr)
+        qvec = self.provider.embed_query(query) if self.provider is not None and mode != "fts" else None
         terms = query_terms(query)
         candidates: dict[str, Candidate] = {}
 
@@ -521,13 +522,9 @@ class MemorySearcher:
         if opts.recency_half_life_days > 0:
             today = (opts.now or datetime.now(timezone.utc)).date()
             for c in cands:
-                m = _DATED_RE.search(c.row["path"])
-                if m is None:
+                day = file_name_date(c.row["path"])
+                if day is None:
                     continue  # undated (evergreen) notes do not age
-                try:
-                    day = date.fromisoformat(m.group(1))
-                except ValueError:
-                    continue
                 age = max((today - day).days, 0)
                 c.score *= 0.5 ** (age / opts.recency_half_life_days)
 
