@@ -75,7 +75,7 @@ class AnnConfig:
     min_rows: int = 50_000
     index_type: str = "IVF_HNSW_SQ"
     nprobes: int = 20
-    refine_factor: int = 0  # >0 re-ranks refine_factor x k candidates with exact distances
+    refine_factor: int = 5  # >0 re-ranks refine_factor x k candidates with exact distances (SQ loses precision)
 
 
 ANN_INDEX_TYPES = ("IVF_HNSW_SQ", "IVF_PQ", "IVF_FLAT")
