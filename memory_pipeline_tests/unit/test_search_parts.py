@@ -230,3 +230,12 @@ def test_search_settings_defaults(tmp_path: Path):
     s = settings_from_dict({"sources": [{"name": "m", "path": "m"}]}, base_dir=tmp_path)
     assert (s.query.fusion, s.query.mmr, s.query.recency_half_life_days, s.query.min_score) == ("weighted", False, 0.0, 0.4)
     assert s.ann.min_rows == 50_000 and s.fts.stem is True
+
+
+def test_mmr_without_vectors_uses_word_overlap():
+    cands = [
+        Candidate({"text": "kafka consumer lag on payments"}, score=0.9),
+        Candidate({"text": "kafka consumer lag on payments again"}, score=0.8),
+        Candidate({"text": "boiler pressure topped up"}, score=0.5),
+    ]
+    assert [c.row["text"][:6] for c in _mmr(cands, [], 0.5, limit=2)] == ["kafka ", "boiler"]
