@@ -38,6 +38,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
@@ -394,6 +395,7 @@ class MemorySearcher:
         self.dims = self.store.dims() if self.table is not None else 0
         self.provider = resolve_provider(settings).provider if self.dims else None
         self.has_ann = self.store.vector_index() is not None if self.dims else False
+        self._pool: ThreadPoolExecutor | None = None
 
     def options(self, **kw) -> QueryOptions:
         q = self.settings.query
@@ -433,6 +435,9 @@ class MemorySearcher:
         where = opts.filters.where()
         # Chunk vectors are needed to score FTS hits against the query (hybrid) and for MMR.
         want_vectors = self.provider is not None and (mode == "hybrid" or opts.mmr)
+        # The full-text leg runs in a second thread while the query is embedded and the vector
+        # leg searched (torch and LanceDB release the GIL): hybrid costs the slower leg, not both.
+        fts_future = self._executor().submit(self._fts, query, where, pool, with_vectors=want_vectors) if mode in ("hybrid", "fts") else None
         qvec = self.provider.embed_query(query) if self.provider is not None and mode != "fts" else None
         terms = query_terms(query)
         candidates: dict[str, Candidate] = {}
@@ -447,8 +452,8 @@ class MemorySearcher:
 
         fts_full = False
         min_bm25 = 0.0
-        if mode in ("hybrid", "fts"):
-            fts_rows = self._fts(query, where, pool, with_vectors=want_vectors)
+        if fts_future is not None:
+            fts_rows = fts_future.result()
             fts_full = len(fts_rows) >= pool
             if fts_rows:
                 min_bm25 = min(float(r.get("_score", 0.0)) for r in fts_rows)
@@ -480,6 +485,11 @@ class MemorySearcher:
         if opts.mmr and len(cands) > 1:
             cands = _mmr(cands, terms, opts.mmr_lambda, limit=len(cands))
         return cands
+
+    def _executor(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memory-fts")
+        return self._pool
 
     def _fts(self, query: str, where: str | None, pool: int, *, with_vectors: bool) -> list[dict]:
         cols = _COLUMNS + ["_score"] + (["vector"] if with_vectors else [])
