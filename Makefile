@@ -56,9 +56,11 @@ test: venv system-packages
 bench: venv
 	$(BIN)/python benchmarks/bench_index.py --out benchmarks/results.json
 	$(BIN)/python benchmarks/bench_index.py --only 1 --no-warmup --corpus1-notes 700 --out benchmarks/results-throughput-large.json
+	$(BIN)/python benchmarks/bench_search.py --chunks 100000 --out benchmarks/results-search.json
 
 bench-quick: venv
 	$(BIN)/python benchmarks/bench_index.py --quick --out benchmarks/results-quick.json
+	$(BIN)/python benchmarks/bench_search.py --quick --out benchmarks/results-search-quick.json
 
 # `exec` keeps dagster dev in make's process group, so Ctrl-C or a SIGTERM to the
 # group stops the webserver, the daemon and the code server together.

@@ -1,4 +1,4 @@
-"""The `memory` command: index, search, scan, status, analytics.
+"""The `memory` command: index, search, eval, scan, status, analytics.
 
 Exit codes: 0 success, 1 an error (one line on stderr saying what to do),
 2 a usage error. Files that could not be indexed do not make `index` fail:
@@ -80,37 +80,25 @@ def cmd_search(args) -> int:
         source=args.source,
         path_glob=args.path,
         types=args.type,
+        modality=args.modality or None,
+        since=args.since,
+        until=args.until,
+        fusion=args.fusion,
+        mmr=args.mmr,
+        mmr_lambda=args.mmr_lambda,
+        recency_half_life_days=args.recency_half_life,
     )
     if args.json:
-        _print_json(
-            {
-                "query": args.query,
-                "results": [
-                    {
-                        "path": r.path,
-                        "source": r.source,
-                        "locator": r.locator,
-                        "score": r.score,
-                        "snippet": r.snippet,
-                        "modality": r.modality,
-                        "mime_type": r.mime_type,
-                        "line_start": r.line_start,
-                        "line_end": r.line_end,
-                        "heading": r.heading,
-                        "memory_type": r.memory_type,
-                        "media_type": r.media_type,
-                    }
-                    for r in results
-                ],
-            }
-        )
+        _print_json({"query": args.query, "results": [r.to_json() for r in results]})
         return 0
     if not results:
         print(f"No relevant memories for {(args.query or query)!r}.")
         return 0
     from memory_pipeline.render import render_results
 
-    print(render_results(results))
+    # Bold on a terminal; **markdown** when piped (still readable, and agents parse it).
+    marks = ("\033[1m", "\033[0m") if sys.stdout.isatty() else ("**", "**")
+    print(render_results(results, marks))
     return 0
 
 
@@ -143,6 +131,36 @@ def cmd_store(args) -> int:
     run = done["run"]
     print(f"Indexed: {run['files_changed']} changed files, {run['chunks_total']} chunks; table has {run['table_rows']} rows")
     return 0
+
+
+# --- eval --------------------------------------------------------------------------------
+
+
+def cmd_eval(args) -> int:
+    from memory_pipeline.evaluation import EVAL_MODES, format_report, run_eval
+
+    modes = [m for part in args.mode for m in part.split(",") if m]
+    bad = [m for m in modes if m not in EVAL_MODES]
+    if bad or not modes:
+        print(f"[ERROR] --mode must be among {', '.join(EVAL_MODES)}, got {','.join(bad) or 'nothing'}", file=sys.stderr)
+        return 2
+    for flag in ("corpus", "queries", "qrels"):
+        if not os.path.isfile(getattr(args, flag)):
+            print(f"[ERROR] --{flag}: file not found: {getattr(args, flag)}", file=sys.stderr)
+            return 2
+    settings = _settings(args)
+    report = run_eval(
+        settings, args.corpus, args.queries, args.qrels, modes=modes, keep_dir=args.keep, log=None if args.json else _log_stderr
+    )
+    if args.json:
+        _print_json(report)
+    else:
+        print(format_report(report))
+    return 0
+
+
+def _log_stderr(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
 
 
 # --- scan --------------------------------------------------------------------------------
@@ -411,6 +429,15 @@ def _print_rows(rows: list[dict]) -> None:
 # --- entry point -------------------------------------------------------------------------
 
 
+def _iso_date(value: str):
+    import datetime as dt
+
+    try:
+        return dt.date.fromisoformat(value)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"not a date YYYY-MM-DD: {value!r}") from err
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="memory", description="Index and search an agent's memory folder.")
     common = argparse.ArgumentParser(add_help=False)
@@ -432,8 +459,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-results", type=int, default=None)
     p.add_argument("--min-score", type=float, default=None)
     p.add_argument("--mode", choices=["hybrid", "vector", "fts"], default="hybrid")
+    p.add_argument("--fusion", choices=["weighted", "rrf"], default=None, help="how hybrid fuses the legs (default: query.fusion)")
     p.add_argument("--source", help="only this source")
     p.add_argument("--path", help="only paths matching this glob (relative to the source)")
+    p.add_argument("--modality", action="append", help="only this modality (markdown, text, session, ...); repeatable")
+    p.add_argument("--since", type=_iso_date, help="only notes dated on or after YYYY-MM-DD (file-name date, else mtime)")
+    p.add_argument("--until", type=_iso_date, help="only notes dated on or before YYYY-MM-DD")
+    p.add_argument("--mmr", action=argparse.BooleanOptionalAction, default=None, help="diversify results (default: query.mmr)")
+    p.add_argument("--mmr-lambda", type=float, default=None, help="MMR trade-off: 1 = relevance only, 0 = diversity only")
+    p.add_argument("--recency-half-life", type=float, default=None, metavar="DAYS", help="dated notes lose half their score every DAYS (0 = off)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_search)
 
@@ -443,6 +477,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--source", help="the source folder to copy into (default: the first)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_store)
+
+    p = sub.add_parser("eval", parents=[common], help="retrieval quality on a BEIR-format corpus (nDCG@10, recall, MRR, latency)")
+    p.add_argument("--corpus", required=True, help="corpus.jsonl: {_id, title, text} per line")
+    p.add_argument("--queries", required=True, help="queries.jsonl: {_id, text} per line")
+    p.add_argument("--qrels", required=True, help="qrels TSV with a header: query-id, corpus-id, score")
+    p.add_argument("--mode", action="append", default=None, help="hybrid, vector, fts, lancedb-rrf; comma-separated or repeated (default: hybrid,vector,fts)")
+    p.add_argument("--keep", metavar="DIR", help="build the temporary index in DIR and keep it")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("scan", parents=[common], help="what would be indexed, and why anything is skipped")
     p.add_argument("--verbose", action="store_true", help="list every file with its type and size")
@@ -488,6 +531,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
     args = build_parser().parse_args(argv)
     _warnings_to_stderr()
+    if getattr(args, "command", None) == "eval" and args.mode is None:
+        args.mode = ["hybrid,vector,fts"]
     try:
         return args.func(args)
     except UsageError as err:

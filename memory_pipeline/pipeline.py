@@ -636,6 +636,7 @@ class WriteStats:
     table: str = ""
     generation: str = ""  # current | building | switched (the new generation became current)
     files_pending: int = 0  # files whose vectors are still in a running batch job
+    ann: str = ""  # exact (below ann.min_rows), built, current
 
 
 def _search_text(heading: str, text: str, path: str) -> str:
@@ -699,10 +700,12 @@ def write_vectors(
             asset_path(settings, "memory_vectors", shard, ".state"),
         )
         progress.report("write", done, len(shards), "partitions")
-    if stats.commits:
-        stats.fts = store.ensure_fts().get("fts", "")
+    if stats.commits or force:
+        stats.fts = store.ensure_fts(settings.fts, rebuild=force).get("fts", "")
+        stats.ann = store.ensure_ann(settings.ann).get("ann", "")
     else:
         stats.fts = "unchanged"
+        stats.ann = "unchanged"
     stats.table_rows = store.count_rows()
     if building and build_complete(settings, fp):
         generations.switch(settings, table_name)

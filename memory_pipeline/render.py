@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from memory_pipeline.search import SearchResult
+from memory_pipeline.search import SearchResult, highlight
 
 TEXT_TITLE = "— Text Results —"
 MEDIA_TITLE = "— Media Results —"
@@ -21,7 +21,12 @@ def _part(r: SearchResult) -> str:
     return r.heading.rsplit(" — ", 1)[-1] if " — " in r.heading else r.modality
 
 
-def render_results(results: Sequence[SearchResult]) -> str:
+def render_results(results: Sequence[SearchResult], marks: tuple[str, str] = ("**", "**")) -> str:
+    """``marks`` wrap the matched terms of each snippet (bold escapes on a terminal, ``**`` when piped)."""
+
+    def snippet(r: SearchResult) -> str:
+        return highlight(r.snippet, r.highlights, before=marks[0], after=marks[1])
+
     text = [r for r in results if r.memory_type != "media"]
     media: dict[str, list[SearchResult]] = {}
     for r in results:
@@ -32,8 +37,9 @@ def render_results(results: Sequence[SearchResult]) -> str:
         lines.append(TEXT_TITLE)
         for i, r in enumerate(text, 1):
             where = f" › {r.heading}" if r.heading else ""
-            lines.append(f"{i}. {r.path}:{r.locator}  score {r.score:.3f}  [{r.modality}]{where}")
-            lines.append(f"   {r.snippet}")
+            day = f"  {r.date}" if r.date else ""
+            lines.append(f"{i}. {r.path}:{r.snippet_locator or r.locator}  score {r.score:.3f}  [{r.modality}]{day}{where}")
+            lines.append(f"   {snippet(r)}")
     if media:
         if lines:
             lines.append("")
@@ -43,6 +49,6 @@ def render_results(results: Sequence[SearchResult]) -> str:
             lines.append(f"{i}. {os.path.basename(path)}  score {best.score:.3f}  {best.mime_type}")
             for r in hits[:_CONTEXTS_PER_FILE]:
                 where = "" if r.locator in ("note", "ocr", "media", "exif") else f" [{r.locator}]"
-                lines.append(f"   {_part(r)}{where}: {r.snippet}")
+                lines.append(f"   {_part(r)}{where}: {snippet(r)}")
             lines.append(f"   {path}")
     return "\n".join(lines)

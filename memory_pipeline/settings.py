@@ -53,9 +53,40 @@ class CacheConfig:
 @dataclass(frozen=True)
 class QueryConfig:
     max_results: int = 6
-    min_score: float = 0.35
+    min_score: float = 0.4
     vector_weight: float = 0.7
     text_weight: float = 0.3
+    fusion: str = "weighted"  # weighted (noisy-OR of calibrated scores) | rrf
+    rrf_k: int = 60
+    candidate_multiplier: int = 4  # each leg's candidate pool = max_results x this (at least 20)
+    mmr: bool = False  # diversity: maximal marginal relevance over the fused results
+    mmr_lambda: float = 0.7  # 1 = pure relevance, 0 = pure diversity
+    recency_half_life_days: float = 0.0  # 0 = off; else dated notes lose half their score per half-life
+
+
+FUSIONS = ("weighted", "rrf")
+
+
+@dataclass(frozen=True)
+class AnnConfig:
+    """The approximate vector index, built once the table holds ``min_rows`` rows."""
+
+    min_rows: int = 50_000
+    index_type: str = "IVF_HNSW_SQ"
+    nprobes: int = 20
+    refine_factor: int = 5  # >0 re-ranks refine_factor x k candidates with exact distances (SQ loses precision)
+
+
+ANN_INDEX_TYPES = ("IVF_HNSW_SQ", "IVF_PQ", "IVF_FLAT")
+
+
+@dataclass(frozen=True)
+class FtsConfig:
+    """The native full-text index (ICU word segmentation, so CJK text is searchable)."""
+
+    stem: bool = True
+    language: str = "English"
+    ascii_folding: bool = True
 
 
 @dataclass(frozen=True)
@@ -178,6 +209,8 @@ class Settings:
     checks: ChecksConfig = field(default_factory=ChecksConfig)
     multimodal: MultimodalConfig = field(default_factory=MultimodalConfig)
     table_name: str = "memory_vectors"
+    ann: AnnConfig = field(default_factory=AnnConfig)
+    fts: FtsConfig = field(default_factory=FtsConfig)
     config_path: Path | None = None
 
     @property
@@ -252,7 +285,7 @@ def settings_from_dict(raw: Any, *, base_dir: Path, config_path: Path | None = N
         raw,
         {
             "data_dir", "sources", "provider", "model", "dims", "fallback", "remote",
-            "chunking", "cache", "query", "limits", "checks", "multimodal", "table_name",
+            "chunking", "cache", "query", "limits", "checks", "multimodal", "table_name", "ann", "fts",
         },  # fmt: skip
         "",
         where,
@@ -328,6 +361,15 @@ def settings_from_dict(raw: Any, *, base_dir: Path, config_path: Path | None = N
         raise ConfigError(f"{where}: query.max_results must be >= 1", key="query.max_results", path=where)
     if not 0.0 <= query.min_score <= 1.0:
         raise ConfigError(f"{where}: query.min_score must be between 0 and 1", key="query.min_score", path=where)
+    _check_query(query, where)
+    ann = _section(raw, "ann", AnnConfig, where)
+    if ann.min_rows < 256 or ann.index_type not in ANN_INDEX_TYPES or ann.nprobes < 1 or ann.refine_factor < 0:
+        raise ConfigError(
+            f"{where}: ann needs min_rows >= 256, index_type one of {', '.join(ANN_INDEX_TYPES)}, nprobes >= 1, refine_factor >= 0",
+            key="ann",
+            path=where,
+        )
+    fts = _section(raw, "fts", FtsConfig, where)
     limits = _section(raw, "limits", LimitsConfig, where)
     if limits.max_file_bytes < 1:
         raise ConfigError(f"{where}: limits.max_file_bytes must be >= 1", key="limits.max_file_bytes", path=where)
@@ -353,6 +395,8 @@ def settings_from_dict(raw: Any, *, base_dir: Path, config_path: Path | None = N
         checks=checks,
         multimodal=multimodal,
         table_name=table_name,
+        ann=ann,
+        fts=fts,
         config_path=config_path,
     )
 
@@ -430,6 +474,19 @@ def _check_url(url: str, key: str, where: str) -> None:
         raise ConfigError(f"{where}: {key} must be an http(s) URL, got {url!r}", key=key, path=where)
     if url and re.match(r"^https?://[^/]*@", url):
         raise ConfigError(f"{where}: {key} must not carry credentials; use the provider's environment variable", key=key, path=where)
+def _check_query(query: QueryConfig, where: str) -> None:
+    if query.fusion not in FUSIONS:
+        raise ConfigError(f"{where}: query.fusion must be one of {', '.join(FUSIONS)}, got {query.fusion!r}", key="query.fusion", path=where)
+    if query.vector_weight < 0 or query.text_weight < 0 or query.vector_weight + query.text_weight == 0:
+        raise ConfigError(f"{where}: query.vector_weight and query.text_weight must be >= 0, not both 0", key="query.vector_weight", path=where)
+    if query.rrf_k < 1:
+        raise ConfigError(f"{where}: query.rrf_k must be >= 1", key="query.rrf_k", path=where)
+    if query.candidate_multiplier < 1:
+        raise ConfigError(f"{where}: query.candidate_multiplier must be >= 1", key="query.candidate_multiplier", path=where)
+    if not 0.0 <= query.mmr_lambda <= 1.0:
+        raise ConfigError(f"{where}: query.mmr_lambda must be between 0 and 1", key="query.mmr_lambda", path=where)
+    if query.recency_half_life_days < 0:
+        raise ConfigError(f"{where}: query.recency_half_life_days must be >= 0 (0 = off)", key="query.recency_half_life_days", path=where)
 
 
 def _refuse_secrets(node: Any, where: str, prefix: str = "") -> None:

@@ -240,7 +240,7 @@ def memory_vectors(context: dg.AssetExecutionContext, config: IndexRunConfig, me
 
         from memory_pipeline.stores import generations
 
-        maintenance = VectorStore(settings.lancedb_uri, generations.current(settings)[0]).maintain()
+        maintenance = VectorStore(settings.lancedb_uri, generations.current(settings)[0]).maintain(ann=settings.ann)
         context.log.info(f"table maintenance: {maintenance}")
     return dg.MaterializeResult(
         metadata={

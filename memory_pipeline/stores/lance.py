@@ -210,18 +210,20 @@ class VectorStore:
         counts.deleted += done.deleted
         counts.commits += done.commits
 
-    def ensure_fts(self) -> dict:
-        """Create the FTS index when missing; fold new rows into it once many are unindexed.
+    def ensure_fts(self, fts=None, *, rebuild: bool = False) -> dict:
+        """Create the FTS index when missing (or ``rebuild``); fold new rows into it once many are unindexed.
 
         LanceDB's FTS also scans rows not yet indexed, so new rows are found by text at once.
+        ``fts`` is the ``FtsConfig`` (stemming, language, accent folding); a changed config
+        takes effect when the index is rebuilt (``memory index --force``).
         Parallel partition runs may race to do this: a commit conflict is retried.
         """
         table = self.open()
         if table is None:
             return {}
-        return _with_conflict_retry(table, self._ensure_fts, f"updating the full-text index of {self.table_name}")
+        return _with_conflict_retry(table, lambda: self._ensure_fts(fts, rebuild), f"updating the full-text index of {self.table_name}")
 
-    def _ensure_fts(self) -> dict:
+    def _ensure_fts(self, fts, rebuild: bool) -> dict:
         from lancedb.index import FTS
 
         table = self.open()
@@ -229,12 +231,18 @@ class VectorStore:
             return {}
         indices = {idx.name: idx for idx in table.list_indices()}
         name = f"{FTS_COLUMN}_idx"
-        if name not in indices:
+        if name not in indices or rebuild:
             if table.count_rows() == 0:
                 return {"fts": "empty"}
             table.create_index(
                 FTS_COLUMN,
-                config=FTS(base_tokenizer="icu", stem=True, remove_stop_words=False, ascii_folding=True),
+                config=FTS(
+                    base_tokenizer="icu",
+                    language=getattr(fts, "language", "English"),
+                    stem=getattr(fts, "stem", True),
+                    remove_stop_words=False,
+                    ascii_folding=getattr(fts, "ascii_folding", True),
+                ),
                 replace=True,
             )
             return {"fts": "created"}
@@ -244,13 +252,87 @@ class VectorStore:
             return {"fts": "optimized"}
         return {"fts": "current", "unindexed_rows": getattr(stats, "num_unindexed_rows", 0)}
 
-    def maintain(self, keep_versions_for: timedelta = timedelta(days=7)) -> dict:
-        """Compact fragments, fold new rows into the indices, prune versions older than a week."""
+    def vector_index(self):
+        """The ANN index on ``vector`` (its IndexConfig), or None."""
+        table = self.open()
+        if table is None or "vector" not in table.schema.names:
+            return None
+        for idx in table.list_indices():
+            if list(idx.columns) == ["vector"]:
+                return idx
+        return None
+
+    def ensure_ann(self, ann, *, rebuild: bool = False) -> dict:
+        """Build the ANN index once the table holds ``ann.min_rows`` rows; retrain it when stale.
+
+        Below the threshold exact search is fast enough and exact. New rows are folded into
+        an existing index by ``optimize()`` (nightly maintenance) without retraining; once
+        more than a fifth of the rows were never part of a training (or ``rebuild``), the
+        partitions are retrained so they still fit the data.
+        """
+        table = self.open()
+        if table is None or "vector" not in table.schema.names:
+            return {"ann": "none"}
+        rows = table.count_rows()
+        idx = self.vector_index()
+        if rows < ann.min_rows:
+            return {"ann": "exact", "rows": rows}
+        if idx is not None and not rebuild:
+            stats = table.index_stats(idx.name)
+            unindexed = int(getattr(stats, "num_unindexed_rows", 0) or 0)
+            indexed = int(getattr(stats, "num_indexed_rows", 0) or 0)
+            if unindexed <= max(indexed // 5, 0) or unindexed < 1000:
+                return {"ann": "current", "unindexed_rows": unindexed}
+        started = time.perf_counter()
+
+        def build():
+            from lancedb.index import IvfFlat, IvfHnswSq, IvfPq
+
+            config = {"IVF_HNSW_SQ": IvfHnswSq, "IVF_PQ": IvfPq, "IVF_FLAT": IvfFlat}[ann.index_type](distance_type="cosine")
+            table.create_index("vector", config=config, replace=True)
+            return {"ann": "built", "ann_index_type": ann.index_type, "ann_build_s": round(time.perf_counter() - started, 2)}
+
+        return _with_conflict_retry(table, build, f"building the vector index of {self.table_name}")
+
+    def ann_recall(self, ann, *, queries: int = 50, k: int = 10, seed: int = 0) -> float | None:
+        """Recall@k of the ANN index against exact search, with stored vectors as queries."""
+        import numpy as np
+
+        table = self.open()
+        if table is None or self.vector_index() is None:
+            return None
+        rows = table.count_rows()
+        rng = np.random.default_rng(seed)
+        picks = sorted(set(int(i) for i in rng.integers(0, rows, size=queries)))
+        vectors = table.take_offsets(picks).select(["vector"]).to_arrow().column("vector").to_pylist()
+        total = 0.0
+        for vec in vectors:
+            exact = self._ids(table.search(vec).distance_type("cosine").bypass_vector_index().limit(k))
+            approx = self._ids(ann_query(table.search(vec).distance_type("cosine"), ann).limit(k))
+            total += len(set(exact) & set(approx)) / max(len(exact), 1)
+        return round(total / max(len(vectors), 1), 4)
+
+    @staticmethod
+    def _ids(query) -> list[str]:
+        return query.select(["chunk_id"]).to_arrow().column("chunk_id").to_pylist()
+
+    def maintain(self, keep_versions_for: timedelta = timedelta(days=7), ann=None) -> dict:
+        """Compact fragments, fold new rows into the indices, prune versions older than a week.
+
+        With ``ann`` (the AnnConfig), the vector index is also built or retrained when due,
+        and its recall@10 against exact search is measured and reported.
+        """
         table = self.open()
         if table is None:
             return {"maintenance": "no table"}
         before = len(table.list_versions())
         _with_conflict_retry(table, lambda: table.optimize(cleanup_older_than=keep_versions_for), f"maintenance of {self.table_name}")
+        out: dict = {}
+        if ann is not None:
+            out = self.ensure_ann(ann)
+            recall = self.ann_recall(ann)
+            if recall is not None:
+                out["ann_recall_at_10"] = recall
         unindexed = 0
         for idx in table.list_indices():
             stats = table.index_stats(idx.name)
@@ -260,8 +342,17 @@ class VectorStore:
             "versions_before": before,
             "versions_after": len(table.list_versions()),
             "unindexed_rows_after": unindexed,
+            **out,
         }
 
     def count_rows(self) -> int:
         table = self.open()
         return table.count_rows() if table is not None else 0
+
+
+def ann_query(query, ann):
+    """Apply the ANN search knobs (probes, exact re-ranking) to a LanceDB vector query."""
+    query = query.nprobes(ann.nprobes)
+    if ann.refine_factor:
+        query = query.refine_factor(ann.refine_factor)
+    return query

@@ -1,0 +1,342 @@
+"""`memory eval`: retrieval quality on a corpus in the BEIR format.
+
+Input (BEIR): ``corpus.jsonl`` lines ``{"_id", "title", "text"}``, ``queries.jsonl`` lines
+``{"_id", "text"}``, and a qrels TSV with a header line and rows ``query-id corpus-id score``
+(score > 0 is relevant; larger is more relevant, used as the nDCG gain).
+
+The corpus is indexed by the real pipeline (the configured provider, chunking, cache
+rules, FTS and ANN settings) into a temporary data folder: each document becomes one
+file, so long documents are chunked exactly as notes are, and a document is scored by
+its best chunk. Every query of the qrels is run in each mode asked for:
+
+* ``hybrid``, ``vector``, ``fts``: this project's search (fusion and weights from the
+  config; ``min_score`` 0, MMR and recency off: eval measures ranking, not presentation);
+* ``lancedb-rrf``: the baseline, plain LanceDB hybrid search on whole documents (one row
+  and one vector per document, the same model; LanceDB's default FTS index and its
+  ``RRFReranker``).
+
+Metrics (the usual definitions, as in pytrec_eval / BEIR): nDCG@10 with linear gain
+``rel / log2(rank + 1)`` over the ideal ordering of the judged documents, Recall@k = found
+relevant / all relevant, MRR@10 = 1 / rank of the first relevant document in the top 10
+(0 if none), averaged over the queries that have at least one relevant document in the
+qrels. Latency is the wall time of each query, including embedding it, in a warm process.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from memory_pipeline.errors import ConfigError
+from memory_pipeline.settings import Settings, load_settings
+
+EVAL_MODES = ("hybrid", "vector", "fts", "lancedb-rrf")
+DEPTH = 100  # documents ranked per query (Recall@100)
+_SOURCE = "eval"
+
+
+@dataclass(frozen=True)
+class BeirSet:
+    corpus: dict[str, tuple[str, str]]  # id -> (title, text)
+    queries: dict[str, str]
+    qrels: dict[str, dict[str, int]]  # query id -> {doc id: relevance}
+
+
+def _jsonl(path: str | Path, what: str, fields: Sequence[str]) -> list[dict]:
+    rows = []
+    try:
+        with open(path, encoding="utf-8") as fh:
+            for n, line in enumerate(fh, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as err:
+                    raise ConfigError(f"{path}: line {n} is not JSON ({err.msg})", key=what, path=str(path)) from err
+                if not isinstance(row, dict) or any(f not in row for f in fields):
+                    raise ConfigError(f"{path}: line {n} lacks {', '.join(fields)} ({what} in BEIR format)", key=what, path=str(path))
+                rows.append(row)
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not UTF-8 text", key=what, path=str(path)) from err
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read ({err.strerror or err})", key=what, path=str(path)) from err
+    return rows
+
+
+def load_beir(corpus: str | Path, queries: str | Path, qrels: str | Path) -> BeirSet:
+    """Read and check the three files; ids of qrels must exist in the corpus and the queries."""
+    docs: dict[str, tuple[str, str]] = {}
+    for row in _jsonl(corpus, "corpus", ("_id", "text")):
+        docs[str(row["_id"])] = (str(row.get("title") or ""), str(row["text"] or ""))
+    qs = {str(r["_id"]): str(r["text"]) for r in _jsonl(queries, "queries", ("_id", "text"))}
+    judged: dict[str, dict[str, int]] = {}
+    try:
+        lines = Path(qrels).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"{qrels}: cannot read as UTF-8 text ({err})", key="qrels", path=str(qrels)) from err
+    for n, line in enumerate(lines, start=1):
+        parts = line.split("\t") if "\t" in line else line.split()
+        if not line.strip() or (n == 1 and not _is_int(parts[-1])):
+            continue  # the header (query-id corpus-id score)
+        if len(parts) != 3 or not _is_int(parts[2]):
+            raise ConfigError(f"{qrels}: line {n} must be 'query-id<TAB>corpus-id<TAB>score'", key="qrels", path=str(qrels))
+        qid, did, score = parts[0].strip(), parts[1].strip(), int(parts[2])
+        if did not in docs:
+            raise ConfigError(f"{qrels}: line {n}: corpus id {did!r} is not in the corpus", key="qrels", path=str(qrels))
+        if qid not in qs:
+            raise ConfigError(f"{qrels}: line {n}: query id {qid!r} is not in the queries", key="qrels", path=str(qrels))
+        judged.setdefault(qid, {})[did] = score
+    if not docs:
+        raise ConfigError(f"{corpus}: no documents", key="corpus", path=str(corpus))
+    return BeirSet(docs, qs, judged)
+
+
+def _is_int(text: str) -> bool:
+    try:
+        int(text)
+    except ValueError:
+        return False
+    return True
+
+
+# --- metrics ------------------------------------------------------------------------------
+
+
+def ndcg_at_k(ranking: Sequence[str], rels: dict[str, int], k: int = 10) -> float:
+    dcg = sum(rels.get(d, 0) / math.log2(i + 2) for i, d in enumerate(ranking[:k]) if rels.get(d, 0) > 0)
+    ideal = sorted((r for r in rels.values() if r > 0), reverse=True)[:k]
+    idcg = sum(r / math.log2(i + 2) for i, r in enumerate(ideal))
+    return dcg / idcg if idcg else 0.0
+
+
+def recall_at_k(ranking: Sequence[str], rels: dict[str, int], k: int) -> float:
+    relevant = {d for d, r in rels.items() if r > 0}
+    return len(relevant & set(ranking[:k])) / len(relevant) if relevant else 0.0
+
+
+def mrr_at_k(ranking: Sequence[str], rels: dict[str, int], k: int = 10) -> float:
+    for i, d in enumerate(ranking[:k], start=1):
+        if rels.get(d, 0) > 0:
+            return 1.0 / i
+    return 0.0
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Linear-interpolated percentile (numpy's default), 0 for no values."""
+    return float(np.percentile(np.asarray(values, dtype=np.float64), q)) if values else 0.0
+
+
+def score_rankings(rankings: dict[str, list[str]], qrels: dict[str, dict[str, int]], latencies_ms: Sequence[float] = ()) -> dict:
+    """The mean metrics over every query with a relevant document (a query never ranked counts 0)."""
+    judged = [q for q, rels in qrels.items() if any(r > 0 for r in rels.values())]
+    out = {"ndcg@10": 0.0, "recall@10": 0.0, "recall@100": 0.0, "mrr@10": 0.0}
+    for q in judged:
+        ranking, rels = rankings.get(q, []), qrels[q]
+        out["ndcg@10"] += ndcg_at_k(ranking, rels, 10)
+        out["recall@10"] += recall_at_k(ranking, rels, 10)
+        out["recall@100"] += recall_at_k(ranking, rels, 100)
+        out["mrr@10"] += mrr_at_k(ranking, rels, 10)
+    n = max(len(judged), 1)
+    out = {k: round(v / n, 4) for k, v in out.items()}
+    out["queries"] = len(judged)
+    out["latency_ms_p50"] = round(percentile(latencies_ms, 50), 2)
+    out["latency_ms_p95"] = round(percentile(latencies_ms, 95), 2)
+    return out
+
+
+# --- indexing the corpus ------------------------------------------------------------------
+
+
+def _eval_config(settings: Settings, workdir: Path) -> Path:
+    """A config for the temporary index: the user's provider, model, chunking and search knobs."""
+    cfg = {
+        "data_dir": str(workdir / "index"),
+        "sources": [{"name": _SOURCE, "path": str(workdir / "docs"), "include": ["**/*.txt"]}],
+        "provider": settings.provider,
+        "chunking": asdict(settings.chunking),
+        "cache": asdict(settings.cache),
+        "query": asdict(settings.query),
+        "limits": asdict(settings.limits),
+        "ann": asdict(settings.ann),
+        "fts": asdict(settings.fts),
+        "checks": {"min_coverage": 0.0},
+    }
+    if settings.model:
+        cfg["model"] = settings.model
+    path = workdir / "memory_pipeline.yaml"
+    path.write_text(yaml.safe_dump(cfg, allow_unicode=True, sort_keys=False))
+    return path
+
+
+def _doc_file(i: int) -> str:
+    # A neutral name: the file name is indexed for full-text search, the corpus id must not be.
+    return f"d{i:07d}.txt"
+
+
+def index_corpus(settings: Settings, beir: BeirSet, workdir: Path) -> tuple[Settings, dict[str, str], dict]:
+    """Write one file per document and run the real index over them; returns
+    (the eval settings, file path -> corpus id, the index summary)."""
+    from memory_pipeline.runner import run_index
+
+    docs_dir = workdir / "docs"
+    docs_dir.mkdir(parents=True, exist_ok=True)
+    path_to_id: dict[str, str] = {}
+    for i, (doc_id, (title, text)) in enumerate(sorted(beir.corpus.items())):
+        name = _doc_file(i)
+        path_to_id[name] = doc_id
+        body = f"{title}\n\n{text}" if title else text
+        target = docs_dir / name
+        if not target.is_file() or target.read_text(encoding="utf-8") != body + "\n":
+            target.write_text(body + "\n", encoding="utf-8")
+    eval_settings = load_settings(_eval_config(settings, workdir))
+    summary = run_index(eval_settings)
+    return eval_settings, path_to_id, summary
+
+
+# --- running the queries ------------------------------------------------------------------
+
+
+def _rank_docs(searcher, query: str, opts, path_to_id: dict[str, str]) -> list[str]:
+    """Documents best first, each scored by its best chunk."""
+    ranking: list[str] = []
+    seen: set[str] = set()
+    for cand in searcher.ranked(query, opts, pool=DEPTH * searcher.settings.query.candidate_multiplier):
+        doc = path_to_id.get(cand.row["path"])
+        if doc is not None and doc not in seen:
+            seen.add(doc)
+            ranking.append(doc)
+            if len(ranking) == DEPTH:
+                break
+    return ranking
+
+
+def _run_ours(eval_settings: Settings, beir: BeirSet, path_to_id: dict[str, str], mode: str) -> dict:
+    from memory_pipeline.search import MemorySearcher
+
+    searcher = MemorySearcher(eval_settings)
+    opts = searcher.options(max_results=DEPTH, min_score=0.0, mode=mode, mmr=False, recency_half_life_days=0.0)
+    qids = sorted(beir.qrels)
+    if qids:
+        _rank_docs(searcher, beir.queries[qids[0]], opts, path_to_id)  # warm-up: model and table loaded
+    rankings, lat = {}, []
+    for q in qids:
+        t0 = time.perf_counter()
+        rankings[q] = _rank_docs(searcher, beir.queries[q], opts, path_to_id)
+        lat.append((time.perf_counter() - t0) * 1000)
+    return score_rankings(rankings, beir.qrels, lat)
+
+
+def _run_lancedb_rrf(eval_settings: Settings, beir: BeirSet, workdir: Path) -> dict:
+    """Plain LanceDB hybrid: whole documents, one vector each, default FTS, RRF reranker."""
+    import lancedb
+    import pyarrow as pa
+    from lancedb.rerankers import RRFReranker
+
+    from memory_pipeline.providers.registry import resolve_provider
+
+    provider = resolve_provider(eval_settings).provider
+    if provider is None:
+        raise ConfigError("mode lancedb-rrf needs an embedding provider (it is vector + full-text)", key="mode")
+    ids = sorted(beir.corpus)
+    texts = [f"{beir.corpus[i][0]}\n\n{beir.corpus[i][1]}".strip() for i in ids]
+    vecs = np.concatenate([provider.embed_documents(texts[i : i + 256]) for i in range(0, len(texts), 256)]).astype(np.float32)
+    db = lancedb.connect(str(workdir / "baseline"))
+    data = pa.table(
+        {
+            "doc_id": ids,
+            "text": texts,
+            "vector": pa.FixedSizeListArray.from_arrays(pa.array(vecs.reshape(-1), type=pa.float32()), vecs.shape[1]),
+        }
+    )
+    table = db.create_table("whole_docs", data=data, mode="overwrite")
+    table.create_fts_index("text", replace=True)
+    reranker = RRFReranker()
+
+    def rank(query: str) -> list[str]:
+        qvec = provider.embed_query(query)
+        q = table.search(query_type="hybrid").vector(qvec).text(query).rerank(reranker).limit(DEPTH)
+        return q.select(["doc_id"]).to_arrow().column("doc_id").to_pylist()
+
+    qids = sorted(beir.qrels)
+    if qids:
+        rank(beir.queries[qids[0]])
+    rankings, lat = {}, []
+    for q in qids:
+        t0 = time.perf_counter()
+        rankings[q] = rank(beir.queries[q])
+        lat.append((time.perf_counter() - t0) * 1000)
+    return score_rankings(rankings, beir.qrels, lat)
+
+
+def run_eval(
+    settings: Settings,
+    corpus: str | Path,
+    queries: str | Path,
+    qrels: str | Path,
+    *,
+    modes: Sequence[str] = ("hybrid", "vector", "fts"),
+    keep_dir: str | Path | None = None,
+    log: Callable[[str], None] | None = None,
+) -> dict:
+    """Index the corpus into a temporary folder and report the metrics of each mode."""
+    for m in modes:
+        if m not in EVAL_MODES:
+            raise ConfigError(f"eval mode must be one of {', '.join(EVAL_MODES)}, got {m!r}", key="mode")
+    beir = load_beir(corpus, queries, qrels)
+    workdir = Path(keep_dir).resolve() if keep_dir else Path(tempfile.mkdtemp(prefix="memory-eval-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    say = log or (lambda _msg: None)
+    try:
+        say(f"indexing {len(beir.corpus)} documents into {workdir} …")
+        started = time.perf_counter()
+        eval_settings, path_to_id, summary = index_corpus(settings, beir, workdir)
+        report = {
+            "corpus": str(corpus),
+            "documents": len(beir.corpus),
+            "chunks": summary.get("table_rows", 0),
+            "queries": sum(1 for rels in beir.qrels.values() if any(r > 0 for r in rels.values())),
+            "queries_without_judgements": len(set(beir.queries) - set(beir.qrels)),
+            "provider": summary.get("provider"),
+            "model": summary.get("model"),
+            "fusion": eval_settings.query.fusion,
+            "index_seconds": round(time.perf_counter() - started, 1),
+            "index_errors": [
+                {**e, "path": path_to_id.get(Path(e.get("path", "")).name, e.get("path"))} for e in summary.get("errors", [])
+            ],
+            "modes": {},
+        }
+        for mode in modes:
+            say(f"running {report['queries']} queries in mode {mode} …")
+            if mode == "lancedb-rrf":
+                report["modes"][mode] = _run_lancedb_rrf(eval_settings, beir, workdir)
+            else:
+                report["modes"][mode] = _run_ours(eval_settings, beir, path_to_id, mode)
+        return report
+    finally:
+        if not keep_dir:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def format_report(report: dict) -> str:
+    lines = [
+        f"corpus {report['corpus']}: {report['documents']} documents, {report['chunks']} chunks, "
+        f"{report['queries']} judged queries; {report['provider']}/{report['model']}, fusion {report['fusion']}",
+        f"{'mode':<12} {'nDCG@10':>8} {'R@10':>7} {'R@100':>7} {'MRR@10':>7} {'p50 ms':>8} {'p95 ms':>8}",
+    ]
+    for mode, m in report["modes"].items():
+        lines.append(
+            f"{mode:<12} {m['ndcg@10']:>8.4f} {m['recall@10']:>7.4f} {m['recall@100']:>7.4f} {m['mrr@10']:>7.4f} "
+            f"{m['latency_ms_p50']:>8.1f} {m['latency_ms_p95']:>8.1f}"
+        )
+    if report["index_errors"]:
+        lines.append(f"{len(report['index_errors'])} documents could not be indexed (see --json)")
+    return "\n".join(lines)

@@ -1,0 +1,75 @@
+"""The ANN index in the asset graph: built by the run that crosses ann.min_rows, kept fresh and
+measured by the nightly maintenance run; FTS settings take effect on a forced rebuild."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dagster as dg
+import pyarrow as pa
+import pytest
+
+from memory_pipeline.defs.assets import index_assets
+from memory_pipeline.defs.partitions import FULL_RANGE_TAGS, MAINTENANCE_TAG
+from memory_pipeline.defs.resources import MemoryConfigResource
+from memory_pipeline.search import search
+from memory_pipeline.settings import FtsConfig, load_settings
+from memory_pipeline.stores.lance import FTS_COLUMN, VectorStore
+from memory_pipeline_tests.conftest import write_config
+
+LOGGERS = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
+TOPICS = ["kafka lag", "boiler pressure", "sourdough starter", "tls certificate", "tax refund", "piano lesson",
+          "garlic planting", "vpn tunnel", "flight booking", "dentist crown"]  # fmt: skip
+
+
+def _vectors_meta(result) -> dict:
+    for event in result.get_asset_materialization_events():
+        mat = event.event_specific_data.materialization
+        if mat.asset_key.to_user_string() == "memory_vectors":
+            return {k: getattr(v, "value", v) for k, v in mat.metadata.items()}
+    raise AssertionError("memory_vectors not materialized")
+
+
+@pytest.mark.slow
+def test_ann_built_above_threshold_and_measured_nightly(tmp_path: Path):
+    mem = tmp_path / "mem"
+    mem.mkdir()
+    for i in range(300):
+        topic = TOPICS[i % len(TOPICS)]
+        (mem / f"note-{i:03d}.md").write_text(f"# Note {i}\n\nAbout {topic}: entry {i} with detail {i * 7 % 13}.\n")
+    cfg = write_config(tmp_path / "memory_pipeline.yaml", ann={"min_rows": 256})
+    resources = {"memory_config": MemoryConfigResource(config_path=str(cfg))}
+    with dg.instance_for_test() as instance:
+        first = dg.materialize(index_assets, instance=instance, resources=resources, run_config=LOGGERS, tags=dict(FULL_RANGE_TAGS))
+        assert first.success and _vectors_meta(first)["ann"] == "built"
+        settings = load_settings(cfg)
+        assert VectorStore(settings.lancedb_uri, settings.table_name).vector_index() is not None
+        nightly = dg.materialize(
+            index_assets, instance=instance, resources=resources, run_config=LOGGERS,
+            tags={**FULL_RANGE_TAGS, MAINTENANCE_TAG: "true"},
+        )  # fmt: skip
+        meta = _vectors_meta(nightly)
+    assert meta["maintenance"] == "optimized" and meta["ann"] == "current"
+    assert meta["ann_recall_at_10"] >= 0.9
+    hits = search("boiler pressure", settings=settings, max_results=3)
+    assert hits and all("boiler" in h.snippet.lower() for h in hits)  # searched through the ANN index
+
+
+def test_fts_stemming_is_configurable(tmp_path: Path):
+    store = VectorStore(str(tmp_path / "lancedb"), "memory_vectors")
+    store.ensure(0, {"provider": "none", "model": "none", "dims": 0, "provider_key": "none"})
+    table = store.open()
+    rows = {f.name: [None, None] for f in table.schema}
+    rows.update(chunk_id=["a", "b"], text=["we were deploying all day", "café au lait"])
+    rows[FTS_COLUMN] = rows["text"]
+    table.add(pa.table(rows, schema=table.schema))
+
+    def hits(q: str) -> list[str]:
+        return table.search(q, query_type="fts", fts_columns=FTS_COLUMN).select(["chunk_id"]).to_arrow().column("chunk_id").to_pylist()
+
+    assert store.ensure_fts(FtsConfig())["fts"] == "created"
+    assert hits("deploy") == ["a"] and hits("cafe") == ["b"]
+    assert store.ensure_fts(FtsConfig(stem=False), rebuild=True)["fts"] == "created"
+    assert hits("deploy") == [] and hits("deploying") == ["a"]
+    store.ensure_fts(FtsConfig(stem=False, ascii_folding=False), rebuild=True)
+    assert hits("cafe") == [] and hits("café") == ["b"]

@@ -1,0 +1,183 @@
+"""Search options on a real index: MMR, recency, filters, fusion, the CLI, `memory eval` by hand, ANN."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import date, datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from memory_pipeline.runner import run_index
+from memory_pipeline.search import search
+from memory_pipeline.settings import AnnConfig, load_settings
+from memory_pipeline.stores.lance import VectorStore, table_schema
+from memory_pipeline_tests.conftest import write_config
+from memory_pipeline_tests.helpers import run_cli, run_json
+
+pytestmark = pytest.mark.slow
+
+LONG_NOTE = "# Kafka consumer lag runbook\n\n" + "\n\n".join(
+    f"## Step {i}: kafka consumer lag on the payments topic\n\n"
+    f"Kafka consumer lag check {i}: look at the consumer group lag of the payments topic, partition {i}, "
+    f"and compare the lag with the poll interval before restarting consumers. "
+    + " ".join(f"Record the lag of partition {i} at minute {m} in the incident channel, with the broker id and offsets." for m in range(8))
+    for i in range(1, 7)
+)
+
+
+@pytest.fixture(scope="module")
+def memory(tmp_path_factory):
+    root = tmp_path_factory.mktemp("options")
+    mem = root / "mem"
+    (mem / "memory").mkdir(parents=True)
+    (mem / "sessions").mkdir()
+    (mem / "memory" / "2026-06-01.md").write_text(LONG_NOTE + "\n")
+    (mem / "memory" / "2026-06-02.md").write_text("# Queue notes\n\nThe kafka consumer lag alert fired again; lag on payments topic dropped after scaling consumers.\n")
+    (mem / "memory" / "2026-01-10.md").write_text("# Boiler\n\nThe boiler pressure dropped to 0.8 bar; topped it up to 1.5 bar.\n")
+    (mem / "memory" / "2026-11-20.md").write_text("# Boiler\n\nThe boiler pressure dropped to 0.9 bar; topped it up to 1.4 bar.\n")
+    (mem / "notes.md").write_text("# Kafka reading\n\nKafka: the definitive guide, chapter on consumer groups and lag.\n")
+    (mem / "sessions" / "2026-06-03-kafka.jsonl").write_text(
+        json.dumps({"role": "user", "content": "Why is kafka consumer lag growing on the payments topic?", "timestamp": "2026-06-03T10:00:00Z"}) + "\n"
+        + json.dumps({"role": "assistant", "content": "The consumers spend longer than the poll interval per batch.", "timestamp": "2026-06-03T10:01:00Z"}) + "\n"
+    )
+    cfg = write_config(root / "memory_pipeline.yaml")
+    settings = load_settings(cfg)
+    run_index(settings)
+    return settings, cfg
+
+
+def _names(results) -> list[str]:
+    return [Path(r.path).name for r in results]
+
+
+def test_mmr_lets_other_notes_through(memory):
+    settings, _ = memory
+    plain = search("compare the consumer lag with the poll interval before restarting consumers", settings=settings, max_results=4, min_score=0.0)
+    diverse = search("compare the consumer lag with the poll interval before restarting consumers", settings=settings, max_results=4, min_score=0.0, mmr=True, mmr_lambda=0.5)
+    same = search("compare the consumer lag with the poll interval before restarting consumers", settings=settings, max_results=4, min_score=0.0, mmr=True, mmr_lambda=1.0)
+    assert _names(plain).count("2026-06-01.md") >= 3, _names(plain)
+    assert len(set(_names(diverse))) > len(set(_names(plain))), (_names(plain), _names(diverse))
+    assert diverse[0].chunk_id == plain[0].chunk_id  # MMR keeps the best result first
+    assert [r.chunk_id for r in same] == [r.chunk_id for r in plain]  # lambda 1 is plain relevance
+
+
+def test_recency_half_life(memory):
+    settings, _ = memory
+    now = datetime(2026, 11, 30, tzinfo=timezone.utc)
+    flat = search("boiler pressure topped up", settings=settings, max_results=2)
+    dated = search("boiler pressure topped up", settings=settings, max_results=2, recency_half_life_days=30, now=now)
+    assert set(_names(flat)) == {"2026-01-10.md", "2026-11-20.md"}
+    assert _names(dated)[0] == "2026-11-20.md"
+    old = next(r for r in dated if r.path.endswith("2026-01-10.md"))
+    old_flat = next(r for r in flat if r.path.endswith("2026-01-10.md"))
+    age = (date(2026, 11, 30) - date(2026, 1, 10)).days
+    assert old.score == pytest.approx(old_flat.score * 0.5 ** (age / 30), abs=2e-4)
+    assert old.relevance == old_flat.relevance  # abstention does not depend on age
+    undated = search("kafka definitive guide consumer groups", settings=settings, max_results=1, recency_half_life_days=1, now=now)
+    assert _names(undated) == ["notes.md"] and undated[0].score == undated[0].relevance
+
+
+def test_filters(memory):
+    settings, _ = memory
+    q = "kafka consumer lag"
+    assert set(_names(search(q, settings=settings, modality="session", min_score=0))) == {"2026-06-03-kafka.jsonl"}
+    june2 = search(q, settings=settings, since="2026-06-02", until="2026-06-02", min_score=0)
+    assert set(_names(june2)) == {"2026-06-02.md"}
+    assert set(_names(search(q, settings=settings, path_glob="*.md", min_score=0))) == {"notes.md"}
+    assert "2026-06-01.md" not in _names(search(q, settings=settings, since="2026-06-02", min_score=0))
+
+
+def test_rrf_fusion_scores_in_unit_range(memory):
+    settings, _ = memory
+    results = search("kafka consumer lag payments", settings=settings, fusion="rrf", max_results=6)
+    assert results and all(0 < r.score <= 1 and r.relevance >= settings.query.min_score for r in results)
+    assert [r.score for r in results] == sorted((r.score for r in results), reverse=True)
+
+
+def test_cli_search_output_and_usage_errors(memory):
+    _, cfg = memory
+    out = run_json("search", "boiler pressure", "--config", str(cfg), "--json", "--since", "2026-11-01")
+    (hit,) = out["results"]
+    assert hit["date"] == "2026-11-20" and hit["snippet_locator"].startswith("L") and hit["highlights"]
+    s, e = hit["highlights"][0]
+    assert hit["snippet"][s:e].lower() in ("boiler", "pressure")
+    human = run_cli("search", "boiler pressure", "--config", str(cfg), "--max-results", "1")
+    assert human.returncode == 0 and "**Boiler**" in human.stdout or "**boiler**" in human.stdout
+    assert ".md:L" in human.stdout
+    bad = run_cli("search", "x", "--config", str(cfg), "--since", "yesterday")
+    assert bad.returncode == 2 and "YYYY-MM-DD" in bad.stderr
+
+
+def test_eval_matches_a_hand_computed_example(tmp_path: Path):
+    """Full-text ranking of four tiny documents is known; the metrics are worked out by hand."""
+    (tmp_path / "mem").mkdir()
+    cfg = write_config(tmp_path / "memory_pipeline.yaml", provider="none")
+    (tmp_path / "corpus.jsonl").write_text(
+        "\n".join(
+            json.dumps(d)
+            for d in [
+                {"_id": "A", "title": "", "text": "alpha alpha alpha"},
+                {"_id": "B", "title": "", "text": "alpha beta zeta eta theta iota kappa"},
+                {"_id": "C", "title": "", "text": "gamma"},
+                {"_id": "D", "title": "", "text": "delta"},
+            ]
+        )
+        + "\n"
+    )
+    (tmp_path / "queries.jsonl").write_text(
+        "\n".join(json.dumps({"_id": q, "text": t}) for q, t in [("q1", "alpha"), ("q2", "gamma"), ("q3", "delta"), ("q4", "omega")]) + "\n"
+    )
+    (tmp_path / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\nq1\tB\t1\nq2\tC\t2\nq2\tD\t1\nq3\tA\t1\n")
+    out = run_json(
+        "eval", "--config", str(cfg), "--corpus", str(tmp_path / "corpus.jsonl"), "--queries", str(tmp_path / "queries.jsonl"),
+        "--qrels", str(tmp_path / "qrels.tsv"), "--mode", "fts", "--json",
+    )  # fmt: skip
+    # q1 ranks A, B (A has more "alpha"): B relevant at rank 2 -> nDCG 1/log2(3), R@10 1, MRR 1/2.
+    # q2 ranks C: DCG 2; ideal C(2), D(1) -> 2 + 1/log2(3); R@10 1/2; MRR 1.
+    # q3 ranks D: nothing relevant -> 0 everywhere.  q4 is not judged and not counted.
+    ndcg = (1 / math.log2(3) + 2 / (2 + 1 / math.log2(3)) + 0) / 3
+    m = out["modes"]["fts"]
+    assert out["documents"] == 4 and out["queries"] == 3 and out["queries_without_judgements"] == 1
+    assert m["ndcg@10"] == pytest.approx(ndcg, abs=1e-4)
+    assert m["recall@10"] == pytest.approx(0.5, abs=1e-4) and m["recall@100"] == pytest.approx(0.5, abs=1e-4)
+    assert m["mrr@10"] == pytest.approx(0.5, abs=1e-4)
+    assert m["latency_ms_p95"] >= m["latency_ms_p50"] > 0
+    human = run_cli(
+        "eval", "--config", str(cfg), "--corpus", str(tmp_path / "corpus.jsonl"), "--queries", str(tmp_path / "queries.jsonl"),
+        "--qrels", str(tmp_path / "qrels.tsv"), "--mode", "fts",
+    )  # fmt: skip
+    assert human.returncode == 0 and "nDCG@10" in human.stdout and f"{ndcg:.4f}" in human.stdout
+    missing = run_cli("eval", "--config", str(cfg), "--corpus", "nope.jsonl", "--queries", "q", "--qrels", "r")
+    assert missing.returncode == 2 and "file not found" in missing.stderr
+    bad_mode = run_cli("eval", "--config", str(cfg), "--corpus", "a", "--queries", "b", "--qrels", "c", "--mode", "bm99")
+    assert bad_mode.returncode == 2 and "--mode" in bad_mode.stderr
+
+
+def test_ann_index_is_built_above_the_threshold_and_measured(tmp_path: Path):
+    dims, n = 32, 3000
+    rng = np.random.default_rng(0)
+    centers = rng.normal(size=(60, dims)).astype(np.float32)
+    vecs = centers[rng.integers(0, 60, n)] + 0.15 * rng.normal(size=(n, dims)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    store = VectorStore(str(tmp_path / "lancedb"), "memory_vectors")
+    meta = {"provider": "test", "model": "test", "dims": dims, "provider_key": "k"}
+    store.ensure(dims, meta)
+    schema = table_schema(dims, meta)
+    rows = {f.name: [None] * n for f in schema}
+    rows.update(chunk_id=[f"c{i}" for i in range(n)], doc_id=[f"s:d{i}" for i in range(n)], text=[f"t{i}" for i in range(n)])
+    rows["vector"] = pa.FixedSizeListArray.from_arrays(pa.array(vecs.reshape(-1), type=pa.float32()), dims)
+    store.open().add(pa.table(rows, schema=schema))
+    ann = AnnConfig(min_rows=5000, index_type="IVF_HNSW_SQ", nprobes=20)
+    assert store.ensure_ann(ann)["ann"] == "exact"  # below the threshold: exact search
+    low = AnnConfig(min_rows=1000, index_type="IVF_HNSW_SQ", nprobes=20)
+    built = store.ensure_ann(low)
+    assert built["ann"] == "built" and store.vector_index() is not None
+    assert store.ensure_ann(low)["ann"] == "current"
+    recall = store.ann_recall(low, queries=40)
+    assert recall is not None and recall >= 0.9
+    report = store.maintain(ann=low)
+    assert report["ann"] == "current" and report["ann_recall_at_10"] >= 0.9

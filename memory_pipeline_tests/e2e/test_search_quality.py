@@ -1,0 +1,89 @@
+"""Retrieval quality on the labelled agent-memory set (data/eval/agent-memory), through the real
+pipeline and the real model: hybrid at least as good as either leg, abstention, exact ids."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from memory_pipeline.evaluation import _run_ours, index_corpus, load_beir
+from memory_pipeline.search import search
+from memory_pipeline.settings import load_settings
+from memory_pipeline_tests.conftest import write_config
+
+pytestmark = pytest.mark.slow
+SET = Path(__file__).resolve().parents[2] / "data" / "eval" / "agent-memory"
+_STOP = set("a an and are as at be by did do does for from had has have how i in is it its me my of on or our the "
+            "their there this to was we were what when where which who why will with you your about am can after".split())
+
+
+def _kinds() -> dict[str, str]:
+    return {q["_id"]: q["metadata"]["kind"] for q in map(json.loads, (SET / "queries.jsonl").read_text().splitlines())}
+
+
+@pytest.fixture(scope="module")
+def labelled(tmp_path_factory):
+    root = tmp_path_factory.mktemp("labelled")
+    (root / "mem").mkdir()
+    settings = load_settings(write_config(root / "memory_pipeline.yaml"))
+    beir = load_beir(SET / "corpus.jsonl", SET / "queries.jsonl", SET / "qrels" / "test.tsv")
+    eval_settings, path_to_id, summary = index_corpus(settings, beir, root / "eval")
+    assert summary["errors"] == [] and summary["table_rows"] >= len(beir.corpus)
+    return beir, eval_settings, path_to_id
+
+
+def test_the_set_is_what_it_claims():
+    beir = load_beir(SET / "corpus.jsonl", SET / "queries.jsonl", SET / "qrels" / "test.tsv")
+    kinds = _kinds()
+    assert len(beir.corpus) >= 200
+    assert sum(1 for q in beir.qrels if any(beir.qrels[q].values())) >= 40
+    assert {"paraphrase", "exact", "session", "long", "cjk", "no-answer"} <= set(kinds.values())
+    assert all(q not in beir.qrels for q, k in kinds.items() if k == "no-answer")
+    words = lambda text: {w.lower().removesuffix("'s") for w in re.findall(r"[\w']+", text)} - _STOP  # noqa: E731
+    for qid, kind in kinds.items():
+        if kind != "paraphrase":
+            continue
+        (answer,) = [d for d, r in beir.qrels[qid].items() if r > 0]
+        title, text = beir.corpus[answer]
+        shared = words(beir.queries[qid]) & words(title + " " + text)
+        assert not shared, (qid, shared)
+
+
+def test_hybrid_beats_either_leg_on_ndcg(labelled):
+    beir, eval_settings, path_to_id = labelled
+    got = {mode: _run_ours(eval_settings, beir, path_to_id, mode) for mode in ("hybrid", "vector", "fts")}
+    ndcg = {mode: m["ndcg@10"] for mode, m in got.items()}
+    assert ndcg["hybrid"] >= max(ndcg["vector"], ndcg["fts"]), ndcg
+    assert got["hybrid"]["recall@100"] >= max(got["vector"]["recall@100"], got["fts"]["recall@100"]) - 0.03, got
+
+
+def test_no_answer_queries_abstain(labelled):
+    beir, eval_settings, _ = labelled
+    for qid, kind in _kinds().items():
+        if kind == "no-answer":
+            assert search(beir.queries[qid], settings=eval_settings) == [], beir.queries[qid]
+
+
+def test_exact_and_session_queries_find_their_answer_first(labelled):
+    beir, eval_settings, path_to_id = labelled
+    kinds = _kinds()
+    misses = []
+    for qid, kind in kinds.items():
+        if kind not in ("exact", "session", "cjk", "long"):
+            continue
+        best = max(beir.qrels[qid].items(), key=lambda kv: kv[1])[0]
+        results = search(beir.queries[qid], settings=eval_settings, max_results=3)
+        if not results or path_to_id[Path(results[0].path).name] != best:
+            misses.append((qid, beir.queries[qid], [path_to_id[Path(r.path).name] for r in results]))
+    assert not misses, misses
+
+
+def test_near_twin_error_codes_are_told_apart(labelled):
+    beir, eval_settings, path_to_id = labelled
+    for code, answer in (("ERR_PAYMENT_4471", "n-errcode"), ("ERR_PAYMENT_4417", "n-errcode-near")):
+        results = search(code, settings=eval_settings)
+        assert [path_to_id[Path(r.path).name] for r in results][:1] == [answer]
+        assert all(0.0 <= r.score <= 1.0 and 0.0 <= r.relevance <= 1.0 for r in results)
