@@ -69,7 +69,8 @@ def cmd_search(args) -> int:
 
     settings = _settings(args)
     query = " ".join(p for p in (args.query, *_file_queries(args, settings)) if p and p.strip())
-    if not query:
+    media = _query_media(args, settings)
+    if not query and not media:
         raise UsageError("give a query, --image FILE or --audio FILE")
     results = search(
         query,
@@ -87,6 +88,7 @@ def cmd_search(args) -> int:
         mmr=args.mmr,
         mmr_lambda=args.mmr_lambda,
         recency_half_life_days=args.recency_half_life,
+        query_media=media,
     )
     if args.json:
         _print_json({"query": args.query, "results": [r.to_json() for r in results]})
@@ -103,14 +105,27 @@ def cmd_search(args) -> int:
 
 
 def _file_queries(args, settings) -> list[str]:
-    """The derived text of ``--image`` / ``--audio`` files, used as query text."""
+    """The derived text of ``--image`` / ``--audio`` files, used as query text.
+
+    With native media vectors on, a file without text is fine: its own vector searches.
+    """
     from memory_pipeline.querying import derived_query_text
 
-    out = []
-    for flag, path, expected in (("--image", args.image, "image"), ("--audio", args.audio, "audio")):
-        if path:
-            out.append(derived_query_text(path, expected, settings))
-    return out
+    native = settings.multimodal.native and settings.multimodal.enabled
+    return [derived_query_text(path, expected, settings, allow_empty=native) for path, expected in _query_files(args)]
+
+
+def _query_files(args) -> list[tuple[str, str]]:
+    return [(path, expected) for path, expected in ((args.image, "image"), (args.audio, "audio")) if path]
+
+
+def _query_media(args, settings) -> list[tuple[str, str]]:
+    """(path, mime) of the files to embed natively for the query, when native media vectors are on."""
+    from memory_pipeline.querying import query_file
+
+    if not (settings.multimodal.native and settings.multimodal.enabled):
+        return []
+    return [query_file(path, expected, settings)[:2] for path, expected in _query_files(args)]
 
 
 # --- store -------------------------------------------------------------------------------

@@ -14,8 +14,8 @@ MAX_QUERY_CHARS = 2000
 _QUERY_KINDS = ("note", "ocr", "exif", "time", "frame", "page", "para", "row", "text")
 
 
-def derived_query_text(path: str, expected: str, settings: Settings) -> str:
-    """The text a query by ``path`` searches with; ``expected`` is image or audio."""
+def query_file(path: str, expected: str, settings: Settings) -> tuple[str, str, str]:
+    """``(abs_path, mime, modality)`` of a file to query by; ``expected`` is image or audio."""
     abs_path = os.path.abspath(os.path.expanduser(path))
     if not os.path.isfile(abs_path):
         raise ConfigError(f"--{expected} {path}: no such file", key=expected)
@@ -26,12 +26,21 @@ def derived_query_text(path: str, expected: str, settings: Settings) -> str:
     allowed = ("audio", "video") if expected == "audio" else ("image",)
     if modality not in allowed:
         raise ConfigError(f"--{expected} {path}: the file is {mime}, not {'an' if expected == 'image' else ''} {expected}".replace("  ", " "), key=expected)
+    return abs_path, mime, modality
+
+
+def derived_query_text(path: str, expected: str, settings: Settings, *, allow_empty: bool = False) -> str:
+    """The text a query by ``path`` searches with; ``expected`` is image or audio.
+
+    ``allow_empty``: a file with no text is fine (its native vector searches alone).
+    """
+    abs_path, mime, modality = query_file(path, expected, settings)
     try:
         segments = extract(abs_path, modality, mime, MediaOptions.from_settings(settings))
     except ExtractionError as err:
         raise MemoryPipelineError(f"cannot read {path}: {err.reason}") from err
     text = " ".join(s.text for s in segments if s.kind in _QUERY_KINDS).strip()
-    if not text:
+    if not text and not allow_empty:
         what = "no text in the image" if expected == "image" else "no speech in the recording"
         raise MemoryPipelineError(
             f"nothing to search with: {what} ({path})",

@@ -399,6 +399,7 @@ class QueryOptions:
     recency_half_life_days: float = 0.0
     filters: SearchFilters = field(default_factory=SearchFilters)
     now: datetime | None = None
+    query_media: tuple[tuple[str, str], ...] = ()  # (path, mime) embedded natively as the query vector
 
 
 class MemorySearcher:
@@ -430,6 +431,7 @@ class MemorySearcher:
             ),
             filters=kw.get("filters") or SearchFilters(),
             now=kw.get("now"),
+            query_media=tuple(kw.get("query_media") or ()),
         )
 
     def search(self, query: str, opts: QueryOptions) -> list[SearchResult]:
@@ -443,13 +445,16 @@ class MemorySearcher:
         if opts.fusion not in FUSIONS:
             raise ConfigError(f"fusion must be one of {', '.join(FUSIONS)}, got {opts.fusion!r}", key="fusion")
         query = query.strip()
-        if not query or self.table is None:
+        native = self._native_query_vector(opts.query_media) if opts.query_media and self.table is not None else None
+        if (not query and native is None) or self.table is None:
             return []
         mode = opts.mode
         if mode == "vector" and self.provider is None:
             raise ConfigError("vector search needs an embedding provider; this index is full-text only", key="mode")
         if self.provider is None:
             mode = "fts"
+        if not query:
+            mode = "vector"  # a file without text: its native vector alone
         pool = pool or max(opts.max_results * self.settings.query.candidate_multiplier, MIN_POOL)
         where = opts.filters.where()
         # Chunk vectors are needed to score FTS hits against the query (hybrid) and for MMR.
@@ -457,8 +462,8 @@ class MemorySearcher:
         # The full-text leg runs in a second thread while the query is embedded and the vector
         # leg searched (torch and LanceDB release the GIL): hybrid costs the slower leg, not both.
         fts_future = self._executor().submit(self._fts, query, where, pool, with_vectors=want_vectors) if mode in ("hybrid", "fts") else None
-        qvec = None
-        if self.provider is not None and mode != "fts":
+        qvec = native
+        if qvec is None and self.provider is not None and mode != "fts":
             try:
                 qvec = self.provider.embed_query(query)
             except ProviderError as err:
@@ -513,6 +518,22 @@ class MemorySearcher:
         if opts.mmr and len(cands) > 1:
             cands = _mmr(cands, terms, opts.mmr_lambda, limit=len(cands))
         return cands
+
+    def _native_query_vector(self, media: Sequence[tuple[str, str]]) -> np.ndarray | None:
+        """The query files' own vector (media bytes embedded natively), when this index has native media vectors."""
+        if self.provider is None or not getattr(self.provider, "supports_multimodal", False):
+            return None
+        if not (self.settings.multimodal.native and self.settings.multimodal.enabled):
+            return None
+        from memory_pipeline.providers.base import normalize_vectors
+        from memory_pipeline.providers.gemini import MediaItem
+
+        items = []
+        for path, mime in media:
+            with open(path, "rb") as fh:
+                items.append(MediaItem(label=Path(path).name, data=fh.read(), mime_type=mime))
+        vecs = self.provider.embed_media(items)
+        return normalize_vectors(vecs.mean(axis=0))[0]
 
     def _executor(self) -> ThreadPoolExecutor:
         if self._pool is None:
@@ -657,6 +678,7 @@ def search(
     mmr_lambda: float | None = None,
     recency_half_life_days: float | None = None,
     now: datetime | None = None,
+    query_media: Sequence[tuple[str, str]] | None = None,
 ) -> list[SearchResult]:
     """Search the memory index; results best first, each with relevance above ``min_score``."""
     settings = settings or load_settings(config)
@@ -679,6 +701,7 @@ def search(
         recency_half_life_days=recency_half_life_days,
         filters=filters,
         now=now,
+        query_media=query_media,
     )
     return searcher.search(query, opts)
 

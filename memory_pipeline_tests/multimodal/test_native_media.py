@@ -6,6 +6,7 @@ import hashlib
 import shutil
 
 import lancedb
+from PIL import Image
 
 from memory_pipeline import sample_media as sm
 from memory_pipeline_tests.conftest import write_config
@@ -66,6 +67,22 @@ def test_media_requests_carry_inline_bytes_and_label(tmp_path, media):
         # the native vector finds the photo by what it shows, not by any of its text
         hits = run_json("search", "--config", str(cfg), "--json", "cappuccino crema", "--min-score", "0", "--mode", "vector", env=env)["results"]
         assert hits and hits[0]["path"].endswith("receipt.jpg") and hits[0]["locator"] == "media"
+
+        # query by a photo with no text in it: its own bytes, embedded natively, find the receipt
+        photo = tmp_path / "query.png"
+        Image.new("RGB", (96, 64), "white").save(photo)
+        fake.media_words[hashlib.sha256(photo.read_bytes()).hexdigest()] = "cappuccino crema invoice"
+        n = len(fake.embed_requests())
+        hits = run_json("search", "--config", str(cfg), "--json", "--image", str(photo), "--min-score", "0", env=env)["results"]
+        assert hits and hits[0]["path"].endswith("receipt.jpg") and hits[0]["locator"] == "media"
+        sent = [
+            decode_bytes((p.get("inlineData") or p.get("inline_data"))["data"])
+            for req in fake.embed_requests()[n:]
+            for r in req.body.get("requests", [req.body])
+            for p in r["content"]["parts"]
+            if "inlineData" in p or "inline_data" in p
+        ]
+        assert sent == [photo.read_bytes()]
 
         # a second run sends nothing: media vectors come from the cache
         n = len(fake.embed_requests())
