@@ -45,6 +45,9 @@ run: venv
 	@echo
 	@echo '$$ memory search "which vector database did we choose for the support bot"'
 	@$(BIN)/memory search --config $(CONFIG) "which vector database did we choose for the support bot"
+	@echo
+	@echo '$$ memory search "Acme Corp vendor receipt"'
+	@$(BIN)/memory search --config $(CONFIG) "Acme Corp vendor receipt"
 
 system-packages:
 	$(call apt_missing,$(TEST_SYSTEM_PACKAGES))
