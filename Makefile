@@ -61,6 +61,7 @@ bench: venv
 	$(BIN)/python benchmarks/bench_index.py --only 1 --no-warmup --corpus1-notes 700 --out benchmarks/results-throughput-large.json
 	$(BIN)/python benchmarks/bench_search.py --chunks 100000 --out benchmarks/results-search.json
 	$(BIN)/python benchmarks/bench_media.py --images 20 --audio 6 --pdf-pages 100 --pad-mb 100 --out benchmarks/results-media.json
+	$(BIN)/python benchmarks/bench_media.py --images 20 --audio 6 --pdf-pages 100 --pad-mb 720 --out benchmarks/results-media-500mb.json
 	$(BIN)/python benchmarks/bench_providers.py --texts 1000 --out benchmarks/results-providers.json
 
 bench-quick: venv
