@@ -57,3 +57,53 @@ def run_json(*args: str, **kwargs) -> dict:
     proc = run_cli(*args, **kwargs)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout)
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def graphql(port: int, query: str) -> dict:
+    """One query against the Dagster webserver's GraphQL endpoint on 127.0.0.1."""
+    import urllib.request
+
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}/graphql",
+        data=json.dumps({"query": query}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        return json.loads(resp.read())
+
+
+LOGGERS = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
+
+
+def materialize(config: Path, instance, **kwargs):
+    """Every asset in-process, for the config at ``config``."""
+    import dagster as dg
+
+    from memory_pipeline.defs.assets import index_assets
+    from memory_pipeline.defs.resources import MemoryConfigResource
+
+    return dg.materialize(
+        index_assets,
+        instance=instance,
+        resources={"memory_config": MemoryConfigResource(config_path=str(config))},
+        run_config=LOGGERS,
+        **kwargs,
+    )
+
+
+def asset_metadata(result, asset: str) -> dict:
+    """The metadata values of ``asset``'s first materialization in ``result``."""
+    for event in result.get_asset_materialization_events():
+        mat = event.event_specific_data.materialization
+        if mat.asset_key.to_user_string() == asset:
+            return {k: getattr(v, "value", v) for k, v in mat.metadata.items()}
+    raise AssertionError(f"{asset} not materialized")

@@ -10,7 +10,6 @@ import lancedb
 import numpy as np
 
 from memory_pipeline.batching.jobs import JobStore, store_path
-from memory_pipeline.defs.assets import index_assets
 from memory_pipeline.defs.partitions import FULL_RANGE_TAGS
 from memory_pipeline.defs.resources import MemoryConfigResource
 from memory_pipeline.defs.sensors import batch_jobs_sensor
@@ -18,25 +17,8 @@ from memory_pipeline.search import search
 from memory_pipeline.settings import load_settings
 from memory_pipeline_tests.batch.conftest import batch_config
 
-LOGGERS = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
+from memory_pipeline_tests.helpers import asset_metadata, materialize
 
-
-def _materialize(config: Path, instance, **kwargs):
-    return dg.materialize(
-        index_assets,
-        instance=instance,
-        resources={"memory_config": MemoryConfigResource(config_path=str(config))},
-        run_config=LOGGERS,
-        **kwargs,
-    )
-
-
-def _meta(result, asset: str) -> dict:
-    for event in result.get_asset_materialization_events():
-        mat = event.event_specific_data.materialization
-        if mat.asset_key.to_user_string() == asset:
-            return {k: getattr(v, "value", v) for k, v in mat.metadata.items()}
-    raise AssertionError(f"{asset} not materialized")
 
 
 def _vectors(config: Path) -> dict[str, np.ndarray]:
@@ -52,11 +34,11 @@ def test_batched_index_is_identical_to_live(tmp_path, sample_dir, openai_fake):
     batched_cfg = batch_config(tmp_path / "batched.yaml", openai_fake, data_dir="idx_batch")
     live_cfg = batch_config(tmp_path / "live.yaml", openai_fake, enabled=False, data_dir="idx_live")
     with dg.instance_for_test() as instance:
-        result = _materialize(batched_cfg, instance, tags=dict(FULL_RANGE_TAGS))
+        result = materialize(batched_cfg, instance, tags=dict(FULL_RANGE_TAGS))
         assert result.success
-        emb = _meta(result, "chunk_embeddings")
+        emb = asset_metadata(result, "chunk_embeddings")
         live_docs_during_batch = len(openai_fake.live_texts())
-        live = _materialize(live_cfg, instance, tags=dict(FULL_RANGE_TAGS))
+        live = materialize(live_cfg, instance, tags=dict(FULL_RANGE_TAGS))
         assert live.success
     # Corpus-wide: one job for every unique chunk of all files, nothing embedded live.
     assert emb["batch_jobs_submitted"] == 1 and openai_fake.batches_created() == 1
@@ -82,9 +64,9 @@ def test_wait_false_then_the_sensor_completes_the_graph(tmp_path, sample_dir, op
     openai_fake.held = True
     resources = {"memory_config": MemoryConfigResource(config_path=str(cfg))}
     with dg.instance_for_test() as instance:
-        first = _materialize(cfg, instance, tags=dict(FULL_RANGE_TAGS))
+        first = materialize(cfg, instance, tags=dict(FULL_RANGE_TAGS))
         assert first.success
-        emb, vec = _meta(first, "chunk_embeddings"), _meta(first, "memory_vectors")
+        emb, vec = asset_metadata(first, "chunk_embeddings"), asset_metadata(first, "memory_vectors")
         # Submitted, not waited for: every file waits for its vectors, none is half-written.
         assert emb["batch_jobs_submitted"] == 1 and emb["batch_jobs_pending"] == 1 and emb["pending"] == emb["unique"]
         assert vec["files_pending"] > 10 and vec["rows_written"] == 0
@@ -105,7 +87,7 @@ def test_wait_false_then_the_sensor_completes_the_graph(tmp_path, sample_dir, op
                 break
         assert sorted(r.partition_key for r in requests) == sorted(job.shards)
         for req in requests:  # what the daemon would launch
-            run = _materialize(cfg, instance, partition_key=req.partition_key, tags=req.tags)
+            run = materialize(cfg, instance, partition_key=req.partition_key, tags=req.tags)
             assert run.success
     assert openai_fake.batches_created() == 1  # resumed, never resubmitted
     assert len(openai_fake.live_texts()) == 0
@@ -119,9 +101,9 @@ def test_failed_and_unavailable_batches_fall_back_live_and_disable(tmp_path, sam
     cfg = batch_config(tmp_path / "memory_pipeline.yaml", openai_fake)
     openai_fake.batch_faults = ["unavailable"]
     with dg.instance_for_test() as instance:
-        result = _materialize(cfg, instance, tags=dict(FULL_RANGE_TAGS))
+        result = materialize(cfg, instance, tags=dict(FULL_RANGE_TAGS))
     assert result.success
-    emb = _meta(result, "chunk_embeddings")
+    emb = asset_metadata(result, "chunk_embeddings")
     assert emb["live_fallbacks"] == emb["unique"] == emb["embedded"] and emb["batch"]["disabled"]
     assert "unavailable" in emb["batch"]["disabled_reason"]
     assert len(set(openai_fake.live_texts())) == emb["unique"]

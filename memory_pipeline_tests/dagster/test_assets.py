@@ -10,7 +10,6 @@ import dagster as dg
 import pytest
 
 from memory_pipeline.definitions import defs
-from memory_pipeline.defs.assets import index_assets
 from memory_pipeline.defs.partitions import FULL_RANGE_TAGS, MAINTENANCE_TAG, shard_partitions
 from memory_pipeline.defs.resources import MemoryConfigResource
 from memory_pipeline.defs.schedules import nightly_reconciliation_schedule
@@ -18,27 +17,8 @@ from memory_pipeline.defs.sensors import memory_files_sensor
 from memory_pipeline.discovery import shard_of
 from memory_pipeline.search import search
 from memory_pipeline.settings import load_settings
-from memory_pipeline_tests.helpers import table_rows
+from memory_pipeline_tests.helpers import table_rows, asset_metadata, materialize
 
-LOGGERS = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
-
-
-def _materialize(config: Path, instance, **kwargs):
-    return dg.materialize(
-        index_assets,
-        instance=instance,
-        resources={"memory_config": MemoryConfigResource(config_path=str(config))},
-        run_config=LOGGERS,
-        **kwargs,
-    )
-
-
-def _meta(result, asset: str) -> dict:
-    for event in result.get_asset_materialization_events():
-        mat = event.event_specific_data.materialization
-        if mat.asset_key.to_user_string() == asset:
-            return {k: getattr(v, "value", v) for k, v in mat.metadata.items()}
-    raise AssertionError(f"{asset} not materialized")
 
 
 def test_definitions_load_and_name_everything():
@@ -53,11 +33,11 @@ def test_definitions_load_and_name_everything():
 
 def test_whole_graph_on_sample_then_paraphrase_search(sample_config: Path):
     with dg.instance_for_test() as instance:
-        result = _materialize(sample_config, instance, tags=dict(FULL_RANGE_TAGS))
+        result = materialize(sample_config, instance, tags=dict(FULL_RANGE_TAGS))
         assert result.success
-        src = _meta(result, "source_files")
-        emb = _meta(result, "chunk_embeddings")
-        vec = _meta(result, "memory_vectors")
+        src = asset_metadata(result, "source_files")
+        emb = asset_metadata(result, "chunk_embeddings")
+        vec = asset_metadata(result, "memory_vectors")
     assert src["files_seen"] == 17 and src["files_changed"] == 17 and src["files_failed"] == 0
     assert emb["embedded"] > 40 and emb["dims"] == 384 and emb["model"] == "all-MiniLM-L6-v2"
     assert vec["rows_written"] == vec["table_rows"] == emb["chunks"]
@@ -84,7 +64,7 @@ def test_single_partition_run_touches_only_its_files(tmp_path: Path, sample_conf
     shard = shard_of("mem", files[0])
     expected = {f for f in files if shard_of("mem", f) == shard}
     with dg.instance_for_test() as instance:
-        result = _materialize(sample_config, instance, partition_key=shard)
+        result = materialize(sample_config, instance, partition_key=shard)
         assert result.success
     indexed = {r["path"] for r in table_rows(settings.data_dir)}
     assert indexed == expected
@@ -92,7 +72,7 @@ def test_single_partition_run_touches_only_its_files(tmp_path: Path, sample_conf
 
 def test_sensor_requests_only_changed_shards(sample_config: Path, sample_dir: Path):
     with dg.instance_for_test() as instance:
-        assert _materialize(sample_config, instance, tags=dict(FULL_RANGE_TAGS)).success
+        assert materialize(sample_config, instance, tags=dict(FULL_RANGE_TAGS)).success
         resources = {"memory_config": MemoryConfigResource(config_path=str(sample_config))}
         ctx = dg.build_sensor_context(instance=instance, resources=resources)
         first = list(memory_files_sensor(ctx))
@@ -103,9 +83,9 @@ def test_sensor_requests_only_changed_shards(sample_config: Path, sample_dir: Pa
         requests = [r for r in memory_files_sensor(ctx) if isinstance(r, dg.RunRequest)]
         assert [r.partition_key for r in requests] == [shard_of("mem", "memory/2026-10-11.md")]
         # The requested run indexes the change.
-        result = _materialize(sample_config, instance, partition_key=requests[0].partition_key)
-        assert _meta(result, "source_files")["files_changed"] == 1
-        assert _meta(result, "chunk_embeddings")["embedded"] >= 1
+        result = materialize(sample_config, instance, partition_key=requests[0].partition_key)
+        assert asset_metadata(result, "source_files")["files_changed"] == 1
+        assert asset_metadata(result, "chunk_embeddings")["embedded"] >= 1
 
 
 def test_nightly_schedule_runs_every_shard_in_one_run_and_maintains_the_table(sample_config: Path):
@@ -113,10 +93,10 @@ def test_nightly_schedule_runs_every_shard_in_one_run_and_maintains_the_table(sa
     request = nightly_reconciliation_schedule(ctx)
     assert request.tags == {**FULL_RANGE_TAGS, MAINTENANCE_TAG: "true"}
     with dg.instance_for_test() as instance:
-        result = _materialize(sample_config, instance, tags=request.tags)
+        result = materialize(sample_config, instance, tags=request.tags)
         assert result.success
-        assert _meta(result, "source_files")["partitions"] == 16
-        vec = _meta(result, "memory_vectors")
+        assert asset_metadata(result, "source_files")["partitions"] == 16
+        vec = asset_metadata(result, "memory_vectors")
         assert vec["maintenance"] == "optimized" and vec["unindexed_rows_after"] == 0
     hits = search("恢复演练", settings=load_settings(sample_config), mode="fts")
     assert hits and hits[0].path.endswith("2026-11-12-zh.md")  # the folded index still answers
@@ -125,7 +105,7 @@ def test_nightly_schedule_runs_every_shard_in_one_run_and_maintains_the_table(sa
 def test_metadata_never_carries_secrets(sample_config: Path, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-SECRET-value-1234567890abcdef")
     with dg.instance_for_test() as instance:
-        result = _materialize(sample_config, instance, tags=dict(FULL_RANGE_TAGS))
+        result = materialize(sample_config, instance, tags=dict(FULL_RANGE_TAGS))
         text = json.dumps(
             [
                 {k: str(v) for k, v in e.event_specific_data.materialization.metadata.items()}

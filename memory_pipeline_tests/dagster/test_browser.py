@@ -7,22 +7,19 @@ downloaded). Screenshots of each step are saved under ``test-artifacts/browser``
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from memory_pipeline.discovery import shard_of
-from memory_pipeline_tests.helpers import REPO, table_rows
+from memory_pipeline_tests.helpers import REPO, free_port, graphql, table_rows
 
 pytestmark = pytest.mark.slow
 
@@ -56,20 +53,6 @@ def _artifacts() -> Path:
     return out
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _graphql(port: int, query: str) -> dict:
-    req = urllib.request.Request(
-        f"http://127.0.0.1:{port}/graphql",
-        data=json.dumps({"query": query}).encode(),
-        headers={"Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(req, timeout=10) as resp:
-        return json.loads(resp.read())
 
 
 def _wait_until_loaded(port: int, proc: subprocess.Popen, log: Path, timeout: float = 240) -> None:
@@ -77,7 +60,7 @@ def _wait_until_loaded(port: int, proc: subprocess.Popen, log: Path, timeout: fl
     while time.monotonic() < deadline:
         assert proc.poll() is None, f"make ui exited with {proc.returncode}:\n{log.read_text()[-3000:]}"
         try:
-            nodes = _graphql(port, "{ assetNodes { assetKey { path } } }").get("data", {}).get("assetNodes")
+            nodes = graphql(port, "{ assetNodes { assetKey { path } } }").get("data", {}).get("assetNodes")
             if nodes and {n["assetKey"]["path"][0] for n in nodes} == ASSETS:
                 return
         except OSError:
@@ -87,7 +70,7 @@ def _wait_until_loaded(port: int, proc: subprocess.Popen, log: Path, timeout: fl
 
 
 def _backfill_runs(port: int) -> list[dict]:
-    data = _graphql(port, "{ runsOrError { ... on Runs { results { runId status tags { key value } } } } }")
+    data = graphql(port, "{ runsOrError { ... on Runs { results { runId status tags { key value } } } } }")
     runs = []
     for run in data["data"]["runsOrError"]["results"]:
         tags = {t["key"]: t["value"] for t in run["tags"]}
@@ -122,7 +105,7 @@ def ui(tmp_path: Path, sample_config: Path):
     """`make ui` on a random 127.0.0.1 port for the sample config; yields the port."""
     if not Path(CHROMIUM).exists():
         pytest.fail("Debian's chromium is not installed; `make test` installs it (make system-packages)")
-    port = _free_port()
+    port = free_port()
     log = tmp_path / "ui.log"
     env = {**os.environ, "DAGSTER_DISABLE_TELEMETRY": "1", "HF_HUB_OFFLINE": "1"}
     bin_dir = Path(sys.executable).parent

@@ -2,44 +2,27 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-from memory_pipeline_tests.helpers import REPO
+from memory_pipeline_tests.helpers import REPO, free_port, graphql
 
 pytestmark = pytest.mark.slow
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _graphql(port: int, query: str) -> dict:
-    req = urllib.request.Request(
-        f"http://127.0.0.1:{port}/graphql",
-        data=json.dumps({"query": query}).encode(),
-        headers={"Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(req, timeout=10) as resp:
-        return json.loads(resp.read())
 
 
 def test_dagster_dev_serves_the_asset_graph(tmp_path: Path, sample_config: Path):
     home = tmp_path / "dagster_home"
     home.mkdir()
     (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "DAGSTER_HOME": str(home), "MEMORY_PIPELINE_CONFIG": str(sample_config), "DAGSTER_DISABLE_TELEMETRY": "1"}
     dagster = Path(sys.executable).parent / "dagster"
     proc = subprocess.Popen(
@@ -52,7 +35,7 @@ def test_dagster_dev_serves_the_asset_graph(tmp_path: Path, sample_config: Path)
         data = None
         while time.monotonic() < deadline:
             try:
-                data = _graphql(port, "{ assetNodes { assetKey { path } groupName partitionDefinition { description } } }")
+                data = graphql(port, "{ assetNodes { assetKey { path } groupName partitionDefinition { description } } }")
                 if data.get("data", {}).get("assetNodes"):
                     break
             except OSError:
@@ -62,7 +45,7 @@ def test_dagster_dev_serves_the_asset_graph(tmp_path: Path, sample_config: Path)
         keys = {n["assetKey"]["path"][0] for n in data["data"]["assetNodes"]}
         assert keys == {"source_files", "extracted_content", "memory_chunks", "chunk_embeddings", "memory_vectors", "index_coverage"}
         assert {n["groupName"] for n in data["data"]["assetNodes"]} == {"memory_index"}
-        jobs = _graphql(port, '{ repositoriesOrError { ... on RepositoryConnection { nodes { jobs { name } sensors { name } schedules { name } } } } }')
+        jobs = graphql(port, '{ repositoriesOrError { ... on RepositoryConnection { nodes { jobs { name } sensors { name } schedules { name } } } } }')
         repo = jobs["data"]["repositoriesOrError"]["nodes"][0]
         assert "index_job" in {j["name"] for j in repo["jobs"]}
         assert {s["name"] for s in repo["sensors"]} == {"memory_files_sensor", "batch_jobs_sensor"}
