@@ -13,6 +13,7 @@ vectors already computed come back from the cache.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import signal
 import time
@@ -62,6 +63,8 @@ from memory_pipeline.stores import generations
 from memory_pipeline.stores.cache import EmbeddingCache, cache_key
 from memory_pipeline.stores.lance import FTS_COLUMN, VectorStore, table_schema
 
+log = logging.getLogger("memory_pipeline")
+
 EMBED_SLICE = 512  # vectors are checkpointed to the cache after every slice
 EMBED_SLICE_ENV = "MEMORY_PIPELINE_EMBED_SLICE"
 FAULT_ENV = "MEMORY_PIPELINE_FAULT"
@@ -88,9 +91,24 @@ def _write(table: pa.Table, path: Path) -> None:
 
 
 def _read(path: Path, schema: pa.Schema) -> pa.Table:
+    """The asset file, or an empty table when it is missing.
+
+    A damaged file (truncated, overwritten) is moved aside and read as empty: every
+    asset is derived data, so the stages that read it redo the work it recorded
+    (a lost state record means those files are re-indexed, never that rows are trusted).
+    """
     if not path.is_file():
         return schema.empty_table()
-    return pq.read_table(path, schema=schema)
+    try:
+        return pq.read_table(path, schema=schema)
+    except (pa.ArrowException, OSError, ValueError) as err:
+        aside = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}")
+        try:
+            os.replace(path, aside)
+        except OSError:
+            pass
+        log.warning("%s is damaged (%s); moved aside to %s and rebuilt", path, type(err).__name__, aside.name)
+        return schema.empty_table()
 
 
 def read_manifest(settings: Settings, shard: str) -> pa.Table:
@@ -155,12 +173,82 @@ def fingerprint(settings: Settings, ident: EmbeddingIdentity) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
 
-def chunk_id(source: str, path: str, locator: str, content_hash: str) -> str:
+def chunk_id(source: str, path: str, locator: str, content_hash: str, occurrence: int = 0) -> str:
+    """Stable id of a chunk. ``occurrence`` counts earlier chunks of the same file with the same
+    locator and text (pieces of one long repetitive line): position is part of identity, so ids
+    are unique by construction, while every other chunk keeps the id it always had."""
     raw = f"{source}\0{path}\0{locator}\0{content_hash}\0{CHUNKER_VERSION}"
+    if occurrence:
+        raw += f"\0{occurrence}"
     return hashlib.sha256(raw.encode()).hexdigest()[:32]
 
 
 # --- stage 1: source_files ---------------------------------------------------------------
+
+
+@dataclass
+class TableCheck:
+    """Where the table no longer holds what the records (``memory_vectors/<shard>.state``) say."""
+
+    stale: dict[str, set[str]] = field(default_factory=dict)  # shard -> files whose rows are missing or other
+    orphans: dict[str, set[str]] = field(default_factory=dict)  # shard -> files with rows but no record
+    table_rows: int = 0
+    reason: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not any(self.stale.values()) and not any(self.orphans.values())
+
+    @property
+    def files(self) -> int:
+        return sum(len(v) for v in self.stale.values()) + sum(len(v) for v in self.orphans.values())
+
+
+def check_table(settings: Settings, ident: EmbeddingIdentity, shards: Sequence[str]) -> TableCheck:
+    """Compare the table with the records, file by file: row count and file content hash.
+
+    Catches a deleted or damaged table folder, rows deleted by hand and an older version
+    restored (its rows carry an older file hash). Reads three narrow columns, no vectors.
+    """
+    from memory_pipeline.errors import StoreError
+
+    check = TableCheck()
+    store = VectorStore(settings.lancedb_uri, generations.table_for(settings, ident.meta()))
+    try:
+        rows = store.doc_rows(shards) if store.exists() else None
+    except StoreError as err:
+        rows, check.reason = None, str(err)
+    if rows is None and not check.reason:
+        check.reason = f"table {store.table_name} is missing"
+    fp = fingerprint(settings, ident)
+    held: dict[str, tuple[int, set[str]]] = {}
+    held_in: dict[str, set[str]] = defaultdict(set)  # shard -> files with rows there
+    if rows is not None:
+        check.table_rows = rows.num_rows
+        counts: dict[str, int] = defaultdict(int)
+        hashes: dict[str, set[str]] = defaultdict(set)
+        cols = (rows.column(c).to_pylist() for c in ("doc_id", "file_sha256", "shard"))
+        for d, h, sh in zip(*cols):
+            counts[d] += 1
+            hashes[d].add(h)
+            held_in[sh].add(d)
+        held = {d: (counts[d], hashes[d]) for d in counts}
+    for shard in shards:
+        state = read_state(settings, shard).to_pylist()
+        recorded = {r["doc_id"] for r in state}
+        stale = set()
+        for r in state:
+            if r["fingerprint"] != fp:
+                continue  # indexed for another identity: re-indexed anyway
+            n, got = held.get(r["doc_id"], (0, set()))
+            want = {file_sha256(r["sha256"])} if r["chunks"] else set()
+            if n != r["chunks"] or got != want:
+                stale.add(r["doc_id"])
+        check.stale[shard] = stale
+        check.orphans[shard] = {d for d in held_in.get(shard, ()) if d not in recorded}
+    if not check.ok and not check.reason:
+        check.reason = f"table {store.table_name} does not hold what the index records say"
+    return check
 
 
 @dataclass
@@ -174,11 +262,21 @@ class DiscoverCounts:
     files_failed: int = 0
     files_hashed: int = 0
     bytes_hashed: int = 0
+    files_repaired: int = 0  # files re-indexed or removed because the table lost or changed their rows
 
 
-def discover(settings: Settings, shards: Sequence[str], *, force: bool, fp: str) -> DiscoverCounts:
-    """Stat-walk every source, hash only what changed, decide per file: index, unchanged or nothing."""
+def discover(
+    settings: Settings, shards: Sequence[str], *, force: bool, fp: str, ident: EmbeddingIdentity | None = None
+) -> DiscoverCounts:
+    """Stat-walk every source, hash only what changed, decide per file: index, unchanged or nothing.
+
+    With ``ident``, the table is first checked against the records: files whose rows are
+    missing or hold other content are re-indexed, rows of files no record knows are removed.
+    """
     wanted = set(shards)
+    check = check_table(settings, ident, shards) if ident is not None and not force else None
+    if check is not None and not check.ok:
+        log.warning("%s: repairing %d files (re-indexed from the cache where it has their vectors)", check.reason, check.files)
     by_shard: dict[str, list[DiscoveredFile]] = defaultdict(list)
     for f in walk_all(settings):
         if f.shard in wanted:
@@ -195,13 +293,26 @@ def discover(settings: Settings, shards: Sequence[str], *, force: bool, fp: str)
     for shard in shards:
         prev = {r["doc_id"]: r for r in read_manifest(settings, shard).to_pylist()}
         state = {r["doc_id"]: r for r in read_state(settings, shard).to_pylist()}
+        orphans: set[str] = set()
+        if check is not None and not check.ok:
+            stale = check.stale.get(shard, set())
+            orphans = check.orphans.get(shard, set())
+            counts.files_repaired += len(stale) + len(orphans)
+            if stale:
+                # The record is wrong: forget it now, so these files are indexed again.
+                state = {d: r for d, r in state.items() if d not in stale}
+                _write(
+                    pa.Table.from_pylist(sorted(state.values(), key=lambda r: r["doc_id"]), schema=INDEXED_STATE_SCHEMA),
+                    asset_path(settings, "memory_vectors", shard, ".state"),
+                )
+                orphans |= stale
         rows: list[dict] = []
         for f in by_shard.get(shard, []):
             rows.append(_manifest_row(f, prev.get(f.doc_id), state.get(f.doc_id), force, fp, counts, settings))
         present_ok = {r["doc_id"] for r in rows if r["status"] != "skipped"}
         deletions = [
             {"doc_id": d, "source": d.split(":", 1)[0], "path": d.split(":", 1)[1]}
-            for d in sorted(state)
+            for d in sorted(set(state) | orphans)
             if d not in present_ok and d.split(":", 1)[0] not in missing
         ]
         counts.files_deleted += len(deletions)
@@ -326,10 +437,13 @@ def extract_content(settings: Settings, shards: Sequence[str]) -> ExtractCounts:
             counts.files += 1
             try:
                 segments = extract(row["abs_path"], row["modality"], row["mime_type"], options)
-            except ExtractionError as err:
+            except Exception as err:  # noqa: BLE001 - one file's failure, whatever it is, is that file's error
+                reason = err.reason if isinstance(err, ExtractionError) else f"extraction failed unexpectedly: {type(err).__name__}: {err}"
                 counts.failed += 1
-                counts.failures.append({"path": row["abs_path"], "reason": err.reason})
-                status_rows.append({"doc_id": row["doc_id"], "status": "failed", "reason": err.reason, "segments": 0, "chars": 0})
+                counts.failures.append({"path": row["abs_path"], "reason": reason})
+                status_rows.append({"doc_id": row["doc_id"], "status": "failed", "reason": reason, "segments": 0, "chars": 0})
+                done += 1
+                progress.report("extract", done, total, "files")
                 continue
             counts.extracted += 1
             chars = sum(len(s.text) for s in segments)
@@ -368,6 +482,8 @@ class ChunkCounts:
     chunks: int = 0
     tokens: int = 0
     max_model_tokens: int = 0
+    failed: int = 0
+    failures: list[dict] = field(default_factory=list)
 
 
 def make_chunks(settings: Settings, shards: Sequence[str], provider: EmbeddingProvider | None, ident: EmbeddingIdentity) -> ChunkCounts:
@@ -378,6 +494,7 @@ def make_chunks(settings: Settings, shards: Sequence[str], provider: EmbeddingPr
     native = native_media_enabled(settings, provider)
     counts = ChunkCounts()
     for shard in shards:
+        failed: dict[str, str] = {}
         manifest = {r["doc_id"]: r for r in read_manifest(settings, shard).to_pylist()}
         segs_by_doc: dict[str, list[Segment]] = defaultdict(list)
         seg_table = _read(asset_path(settings, "extracted_content", shard), SEGMENTS_SCHEMA)
@@ -387,15 +504,23 @@ def make_chunks(settings: Settings, shards: Sequence[str], provider: EmbeddingPr
         for doc, segments in segs_by_doc.items():
             m = manifest[doc]
             counts.files += 1
-            chunks = chunk_segments(
-                m["modality"],
-                segments,
-                budget=budget,
-                overlap=overlap,
-                model_limit=limit,
-                count_model=count_model,
-                title=os.path.basename(m["path"]) if m["modality"] in MEDIA_MODALITIES else "",
-            )
+            try:
+                chunks = chunk_segments(
+                    m["modality"],
+                    segments,
+                    budget=budget,
+                    overlap=overlap,
+                    model_limit=limit,
+                    count_model=count_model,
+                    title=os.path.basename(m["path"]) if m["modality"] in MEDIA_MODALITIES else "",
+                )
+            except ProviderError:
+                raise  # the model's tokenizer failed: not this file's fault
+            except Exception as err:  # noqa: BLE001 - one file's failure, whatever it is, is that file's error
+                failed[doc] = f"chunking failed: {type(err).__name__}: {err}"
+                counts.failed += 1
+                continue
+            seen: dict[tuple[str, str], int] = defaultdict(int)
             for c in chunks:
                 embed_text = c.embed_text
                 media_file = ""
@@ -407,9 +532,11 @@ def make_chunks(settings: Settings, shards: Sequence[str], provider: EmbeddingPr
                 if media_file:
                     content_hash = hashlib.sha256(f"native\0{file_sha256(m['sha256'])}\0{embed_text}".encode()).hexdigest()
                 locator = locator_for(m["modality"], c.line_start, c.line_end, c.kind)
+                occurrence = seen[(locator, content_hash)]
+                seen[(locator, content_hash)] += 1
                 rows.append(
                     {
-                        "chunk_id": chunk_id(m["source"], m["path"], locator, content_hash),
+                        "chunk_id": chunk_id(m["source"], m["path"], locator, content_hash, occurrence),
                         "doc_id": doc,
                         "source": m["source"],
                         "path": m["path"],
@@ -434,6 +561,15 @@ def make_chunks(settings: Settings, shards: Sequence[str], provider: EmbeddingPr
             counts.tokens += sum(c.tokens for c in chunks)
             counts.max_model_tokens = max([counts.max_model_tokens, *(c.model_tokens for c in chunks)])
         _write(pa.Table.from_pylist(rows, schema=CHUNKS_SCHEMA), asset_path(settings, "memory_chunks", shard))
+        if failed:
+            # Recorded where every reader of per-file outcomes looks (run errors, coverage, checks).
+            status_path = asset_path(settings, "extracted_content", shard, ".status")
+            status = read_extraction_status(settings, shard).to_pylist()
+            for r in status:
+                if r["doc_id"] in failed:
+                    r.update(status="failed", reason=failed[r["doc_id"]])
+            _write(pa.Table.from_pylist(status, schema=EXTRACTION_STATUS_SCHEMA), status_path)
+            counts.failures.extend({"path": manifest[d]["abs_path"], "reason": r} for d, r in failed.items())
     return counts
 
 
@@ -878,11 +1014,17 @@ def settled_summary(settings: Settings) -> dict | None:
                 return None
         if set(state) - present:
             return None
+    # The records say all is done: make sure the table agrees (a deleted or restored table is not settled).
+    check = check_table(settings, ident, SHARD_KEYS)
+    if not check.ok:
+        return None
+    table_rows = check.table_rows
     store_meta = {"provider": ident.provider, "model": ident.model, "dims": ident.dims}
     return {
         "files_seen": files_seen,
         "files_changed": 0,
         "files_deleted": 0,
+        "files_repaired": 0,
         "chunks_total": 0,
         "chunks_embedded": 0,
         "chunks_cached": 0,

@@ -149,6 +149,7 @@ def _summary(settings: Settings, meta: dict[str, dict], run_id: str, seconds: fl
         "files_seen": int(src.get("files_seen", 0)),
         "files_changed": int(src.get("files_changed", 0)),
         "files_deleted": int(src.get("files_deleted", 0)),
+        "files_repaired": int(src.get("files_repaired", 0)),
         "chunks_total": int(chunks.get("chunks", 0)),
         "chunks_embedded": int(emb.get("embedded", 0)),
         "chunks_cached": int(emb.get("cached", 0)),

@@ -68,7 +68,7 @@ def source_files(context: dg.AssetExecutionContext, config: IndexRunConfig, memo
     resolved = memory_config.provider(settings)
     ident = pipeline.EmbeddingIdentity.of(resolved)
     shards = list(context.partition_keys)
-    counts = pipeline.discover(settings, shards, force=config.force, fp=pipeline.fingerprint(settings, ident))
+    counts = pipeline.discover(settings, shards, force=config.force, fp=pipeline.fingerprint(settings, ident), ident=ident)
     bad = pipeline.run_errors(settings, shards)
     for err in bad:
         context.log.warning(f"{err['status']}: {err['path']}: {err['reason']}")
@@ -120,6 +120,8 @@ def memory_chunks(context: dg.AssetExecutionContext, memory_config: MemoryConfig
     resolved = memory_config.provider(settings)
     ident = pipeline.EmbeddingIdentity.of(resolved)
     counts = pipeline.make_chunks(settings, list(context.partition_keys), resolved.provider, ident)
+    for f in counts.failures:
+        context.log.warning(f"chunking failed: {f['path']}: {f['reason']}")
     budget, overlap = pipeline.chunk_budget(settings, ident)
     return dg.MaterializeResult(
         metadata={
@@ -129,6 +131,7 @@ def memory_chunks(context: dg.AssetExecutionContext, memory_config: MemoryConfig
             "chunk_tokens": budget,
             "overlap_tokens": overlap,
             "max_model_tokens": counts.max_model_tokens,
+            "failed": counts.failed,
             "model_input_limit": ident.max_input_tokens or 0,
         }
     )

@@ -8,6 +8,8 @@ mode lets parallel partition runs share it.
 from __future__ import annotations
 
 import hashlib
+import logging
+import os
 import sqlite3
 import time
 from collections.abc import Iterable, Sequence
@@ -18,6 +20,7 @@ import numpy as np
 from memory_pipeline.errors import StoreError
 
 _BATCH = 500
+log = logging.getLogger("memory_pipeline")
 
 
 def cache_key(provider: str, model: str, provider_key: str, dims: int, content_hash: str) -> str:
@@ -30,16 +33,39 @@ class EmbeddingCache:
         self.max_entries = max_entries
         path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            self._conn = sqlite3.connect(str(path), timeout=60, isolation_level=None)
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute("PRAGMA synchronous=NORMAL")
-            self._conn.execute(
+            self._conn = self._connect(path)
+        except sqlite3.DatabaseError as err:
+            if isinstance(err, sqlite3.OperationalError):  # locked, unreadable folder: not damage
+                raise StoreError(f"cannot open embedding cache {path}: {err}") from err
+            # A damaged cache file is only a cache: set it aside and start empty (vectors are recomputed).
+            aside = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}")
+            for suffix in ("", "-wal", "-shm"):
+                if os.path.exists(f"{path}{suffix}"):
+                    os.replace(f"{path}{suffix}", f"{aside}{suffix}")
+            log.warning("embedding cache %s is damaged (%s); moved aside to %s, starting empty", path, err, aside.name)
+            try:
+                self._conn = self._connect(path)
+            except sqlite3.Error as err2:
+                raise StoreError(f"cannot open embedding cache {path}: {err2}") from err2
+        except sqlite3.Error as err:
+            raise StoreError(f"cannot open embedding cache {path}: {err}") from err
+
+    @staticmethod
+    def _connect(path: Path) -> sqlite3.Connection:
+        conn = sqlite3.connect(str(path), timeout=60, isolation_level=None)
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute(
                 "CREATE TABLE IF NOT EXISTS embeddings ("
                 " key TEXT PRIMARY KEY, dims INTEGER NOT NULL, vector BLOB NOT NULL, last_used INTEGER NOT NULL)"
             )
-            self._conn.execute("CREATE INDEX IF NOT EXISTS embeddings_last_used ON embeddings(last_used)")
-        except sqlite3.Error as err:
-            raise StoreError(f"cannot open embedding cache {path}: {err}") from err
+            conn.execute("CREATE INDEX IF NOT EXISTS embeddings_last_used ON embeddings(last_used)")
+            conn.execute("SELECT key FROM embeddings LIMIT 1").fetchall()
+        except sqlite3.Error:
+            conn.close()
+            raise
+        return conn
 
     def close(self) -> None:
         self._conn.close()

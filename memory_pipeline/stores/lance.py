@@ -349,6 +349,19 @@ class VectorStore:
         table = self.open()
         return table.count_rows() if table is not None else 0
 
+    def doc_rows(self, shards: Sequence[str]) -> pa.Table:
+        """``doc_id``, ``shard`` and ``file_sha256`` of every row in ``shards``: what the table really
+        holds, read without vectors (a column scan: about 70 ms per 100k rows)."""
+        table = self.open()
+        empty = pa.table({"doc_id": pa.array([], pa.string()), "shard": pa.array([], pa.string()), "file_sha256": pa.array([], pa.string())})
+        if table is None or not shards:
+            return empty
+        try:
+            query = table.search().where(f"shard IN ({_sql_list(sorted(set(shards)))})").select(["doc_id", "shard", "file_sha256"])
+            return query.limit(None).to_arrow().select(["doc_id", "shard", "file_sha256"])
+        except Exception as err:  # a damaged table folder: the caller repairs by re-indexing
+            raise StoreError(f"cannot read table {self.table_name} at {self.uri}: {err}") from err
+
 
 def ann_query(query, ann):
     """Apply the ANN search knobs (probes, exact re-ranking) to a LanceDB vector query."""
