@@ -13,6 +13,7 @@ import os
 import sys
 from collections import Counter
 
+from memory_pipeline.display import shown
 from memory_pipeline.errors import MemoryPipelineError
 
 
@@ -42,10 +43,15 @@ def cmd_index(args) -> int:
         progress.set_listener(progress.StderrProgress())
     try:
         summary = run_index(settings, force=args.force)
+    except Exception as err:
+        if args.json:
+            # Agents parse stdout: a run that stops still says why, and which files failed so far.
+            _print_json(_failed_run(settings, err))
+        raise
     finally:
         progress.set_listener(None)
     if args.json:
-        _print_json({k: v for k, v in summary.items()})
+        _print_json({"ok": True, **summary})
         return 0
     if not args.quiet:
         print(
@@ -57,8 +63,20 @@ def cmd_index(args) -> int:
             f"{summary['dims']} dims] in {summary['seconds']:.1f}s"
         )
         for err in summary["errors"]:
-            print(f"  {err['status']}: {err['path']}: {err['reason']}", file=sys.stderr)
+            print(f"  {err['status']}: {shown(err['path'])}: {shown(err['reason'])}", file=sys.stderr)
     return 0
+
+
+def _failed_run(settings, err: BaseException) -> dict:
+    from memory_pipeline import pipeline
+    from memory_pipeline.discovery import SHARD_KEYS
+
+    try:
+        errors = pipeline.run_errors(settings, SHARD_KEYS)
+    except Exception:  # noqa: BLE001 - the records themselves may be what failed
+        errors = []
+    message = str(err) if isinstance(err, MemoryPipelineError) else f"unexpected error: {type(err).__name__}: {err}"
+    return {"ok": False, "error": message, "hint": getattr(err, "hint", ""), "skipped_run": False, "errors": errors}
 
 
 # --- search ------------------------------------------------------------------------------
@@ -226,11 +244,11 @@ def cmd_scan(args) -> int:
         return 0
     if args.verbose:
         for f in files:
-            mark = "" if f["status"] == "ok" else f"  [{f['status']}: {f['reason']}]"
-            print(f"{f['mime_type'] or '-':<24} {f['modality'] or '-':<9} {f['size']:>10}  {f['path']}{mark}")
+            mark = "" if f["status"] == "ok" else f"  [{f['status']}: {shown(f['reason'])}]"
+            print(f"{f['mime_type'] or '-':<24} {f['modality'] or '-':<9} {f['size']:>10}  {shown(f['path'])}{mark}")
     elif problems:
         for f in problems:
-            print(f"{f['status']}: {f['path']}: {f['reason']}")
+            print(f"{f['status']}: {shown(f['path'])}: {shown(f['reason'])}")
     print(f"Found {n_text} text files, {n_media} media files")
     if problems:
         reasons = Counter(f["status"] for f in problems)
@@ -555,7 +573,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except MemoryPipelineError as err:
         hint = f" ({err.hint})" if err.hint else ""
-        print(f"[ERROR] {err}{hint}", file=sys.stderr)
+        print(f"[ERROR] {shown(err)}{shown(hint)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("[ERROR] interrupted; run the same command again to resume", file=sys.stderr)
@@ -564,6 +582,13 @@ def main(argv: list[str] | None = None) -> int:
         # The reader (`| head`) went away: not an error of ours; keep Python from complaining at exit.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except Exception as err:  # noqa: BLE001 - a bug of ours: one line, never a traceback
+        print(
+            f"[ERROR] unexpected error: {type(err).__name__}: {shown(err)} "
+            "(a bug in memory_pipeline: please report it with the command you ran)",
+            file=sys.stderr,
+        )
+        return 1
 
 
 if __name__ == "__main__":

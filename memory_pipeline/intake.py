@@ -28,11 +28,52 @@ def _inside(path: Path, root: Path) -> bool:
         return False
 
 
-def _destination(src: Path, source: SourceConfig) -> Path:
+def _refuse_link_out(given: str, settings: Settings) -> None:
+    """A path inside a source folder that leads outside it (a link) is never stored: indexing
+    never follows such links, and storing would copy the outside file into the memory."""
+    literal = Path(os.path.abspath(os.path.expanduser(given)))
+    for s in settings.sources:
+        root = Path(os.path.abspath(s.path))
+        if _inside(literal, root) and not _inside(literal.resolve(), root.resolve()):
+            raise MemoryPipelineError(
+                f"{given} is a link that leads outside the source folder {s.name!r}; refusing to store it",
+                hint="store the file it points to by its own path, or copy it into the folder",
+            )
+
+
+def _inbox(source: SourceConfig) -> Path:
+    """``<source>/media``, refused when it is (or leads through) a link out of the source folder."""
     folder = source.path / INBOX
+    root = source.path.resolve()
+    if not _inside(folder.resolve(), root):
+        raise MemoryPipelineError(
+            f"{folder} leads outside the source folder {source.name!r} (a link); refusing to write there",
+            hint=f"make {folder} a real folder inside {source.path}",
+        )
+    return folder
+
+
+def _copy_new(src: Path, dest: Path) -> None:
+    """Copy into a file that must not exist yet; a link planted at ``dest`` is never followed."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(dest, flags, 0o644)
+    try:
+        with open(src, "rb") as fin, os.fdopen(fd, "wb") as fout:
+            fd = -1
+            shutil.copyfileobj(fin, fout, 1024 * 1024)
+        shutil.copystat(src, dest)
+    except BaseException:
+        if fd >= 0:
+            os.close(fd)
+        dest.unlink(missing_ok=True)
+        raise
+
+
+def _destination(src: Path, source: SourceConfig) -> Path:
+    folder = _inbox(source)
     dest = folder / src.name
     n = 2
-    while dest.exists():
+    while dest.exists() or dest.is_symlink():
         if dest.is_file() and sha256_file(str(dest)) == sha256_file(str(src)):
             return dest  # the same file was stored before
         dest = folder / f"{src.stem}-{n}{src.suffix}"
@@ -40,10 +81,18 @@ def _destination(src: Path, source: SourceConfig) -> Path:
     return dest
 
 
+def _write_note(path: Path, text: str) -> None:
+    """Write the note beside the file, never through a link planted at its name."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+
+
 def store_file(settings: Settings, file: str, note: str | None = None, source_name: str | None = None) -> dict:
     """Copy (or keep) ``file`` in the memory folder, write its note, index; returns what was done."""
     from memory_pipeline.runner import run_index
 
+    _refuse_link_out(file, settings)
     src = Path(file).expanduser().resolve()
     if not src.is_file():
         raise ConfigError(f"File {file} not found (or not a regular file)", key="file")
@@ -57,23 +106,34 @@ def store_file(settings: Settings, file: str, note: str | None = None, source_na
         )
     source = next((s for s in settings.sources if _inside(src, s.path.resolve())), None)
     in_place = source is not None
+    created: list[Path] = []  # what this call wrote: removed again when the file cannot be indexed
     if source is None:
         source = settings.source(source_name) if source_name else settings.sources[0]
         dest = _destination(src, source)
         dest.parent.mkdir(parents=True, exist_ok=True)
+        _inbox(source)  # again, now that it exists: mkdir never follows a link out, but check
         if not dest.exists():
-            shutil.copy2(src, dest)
+            _copy_new(src, dest)
+            created.append(dest)
     else:
         dest = src
-    rel = dest.resolve().relative_to(source.path.resolve()).as_posix()
-    if not is_selected(rel, source):
-        raise ConfigError(f"{dest} is excluded by the include/exclude globs of source {source.name!r}", key="sources")
-    if note is not None and note.strip():
-        Path(str(dest) + NOTE_SUFFIX).write_text(note.strip() + "\n", encoding="utf-8")
-    summary = run_index(settings)
-    errors = [e for e in summary["errors"] if os.path.abspath(e["path"]) == str(dest) and e["status"] != "partial"]
-    if errors:
-        raise MemoryPipelineError(f"{dest} was stored but not indexed: {errors[0]['reason']}")
+    try:
+        rel = dest.resolve().relative_to(source.path.resolve()).as_posix()
+        if not is_selected(rel, source):
+            raise ConfigError(f"{dest} is excluded by the include/exclude globs of source {source.name!r}", key="sources")
+        if note is not None and note.strip():
+            note_path = Path(str(dest) + NOTE_SUFFIX)
+            if not note_path.exists():
+                created.append(note_path)
+            _write_note(note_path, note.strip() + "\n")
+        summary = run_index(settings)
+        errors = [e for e in summary["errors"] if os.path.abspath(e["path"]) == str(dest) and e["status"] != "partial"]
+        if errors:
+            raise MemoryPipelineError(f"{dest} could not be indexed: {errors[0]['reason']}" + ("; nothing was stored" if created else ""))
+    except BaseException:
+        for path in created:  # a failed store leaves no copy behind (the next run forgets its records)
+            path.unlink(missing_ok=True)
+        raise
     return {
         "file": str(dest),
         "copied": not in_place,

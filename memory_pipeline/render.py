@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
+from memory_pipeline.display import shown
 from memory_pipeline.search import SearchResult, highlight
 
 TEXT_TITLE = "— Text Results —"
@@ -38,7 +39,7 @@ def render_results(results: Sequence[SearchResult], marks: tuple[str, str] = ("*
         for i, r in enumerate(text, 1):
             where = f" › {r.heading}" if r.heading else ""
             day = f"  {r.date}" if r.date else ""
-            lines.append(f"{i}. {r.path}:{r.snippet_locator or r.locator}  score {r.score:.3f}  [{r.modality}]{day}{where}")
+            lines.append(f"{i}. {shown(r.path)}:{r.snippet_locator or r.locator}  score {r.score:.3f}  [{r.modality}]{day}{where}")
             lines.append(f"   {snippet(r)}")
     if media:
         if lines:
@@ -46,9 +47,9 @@ def render_results(results: Sequence[SearchResult], marks: tuple[str, str] = ("*
         lines.append(MEDIA_TITLE)
         for i, (path, hits) in enumerate(media.items(), 1):
             best = hits[0]
-            lines.append(f"{i}. {os.path.basename(path)}  score {best.score:.3f}  {best.mime_type}")
+            lines.append(f"{i}. {shown(os.path.basename(path))}  score {best.score:.3f}  {best.mime_type}")
             for r in hits[:_CONTEXTS_PER_FILE]:
                 where = "" if r.locator in ("note", "ocr", "media", "exif") else f" [{r.locator}]"
                 lines.append(f"   {_part(r)}{where}: {snippet(r)}")
-            lines.append(f"   {path}")
+            lines.append(f"   {shown(path)}")
     return "\n".join(lines)

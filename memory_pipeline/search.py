@@ -713,3 +713,16 @@ def _as_date(value: date | str | None, key: str) -> date | None:
         return date.fromisoformat(value)
     except ValueError as err:
         raise ConfigError(f"{key} must be a date YYYY-MM-DD, got {value!r}", key=key) from err
+
+
+class _CallableModule(type(logging)):
+    """``memory_pipeline.search`` is both this module and the package's ``search()`` function:
+    importing the module rebinds the package attribute to it, so the module answers calls too."""
+
+    def __call__(self, query: str, **kwargs) -> list[SearchResult]:
+        return search(query, **kwargs)
+
+
+import sys as _sys  # noqa: E402
+
+_sys.modules[__name__].__class__ = _CallableModule
