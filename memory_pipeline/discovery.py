@@ -2,7 +2,11 @@
 
 A file's kind comes from its bytes (magic numbers, NUL bytes) first and its
 extension second, so a PNG renamed ``.md`` is never fed to the markdown parser.
-Links are never followed out of a source root.
+Links are never followed out of a source root: the walk only looks (``lstat``), and
+every read (sniffing, hashing) goes through ``safeio.open_file`` with the source
+root, which opens the file once, without following a link out of the root, even one
+swapped in after the walk looked. Pass the root (``SourceConfig.path``) to every
+function that reads; without it, a link at the file itself is refused.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from memory_pipeline.safeio import OpenedFile, open_file
 from memory_pipeline.settings import Settings, SourceConfig
 
 NUM_SHARDS = 16
@@ -271,35 +276,74 @@ def sniff(head: bytes, rel_path: str) -> tuple[str, str]:
     return "text/plain", "text"
 
 
-def sniff_file(abs_path: str, rel_path: str) -> tuple[str, str]:
-    with open(abs_path, "rb") as fh:
-        mime, modality = sniff(fh.read(SNIFF_BYTES), rel_path)
+def sniff_file(abs_path: str, rel_path: str, root: str | os.PathLike[str] | None = None) -> tuple[str, str]:
+    """(mime type, modality) of a file opened contained in ``root`` (``safeio.open_file``)."""
+    with open_file(abs_path, root) as f:
+        return _sniff_opened(f, rel_path)
+
+
+def _sniff_opened(f: OpenedFile, rel_path: str) -> tuple[str, str]:
+    mime, modality = sniff(f.pread(SNIFF_BYTES), rel_path)
     if mime == "application/zip":
-        mime, modality = _sniff_zip(abs_path)
+        mime, modality = _sniff_zip(f)
     return mime, modality
 
 
-def _sniff_zip(abs_path: str) -> tuple[str, str]:
-    """A zip is a Word document when it holds word/document.xml; any other zip is an archive."""
+def _sniff_zip(f: OpenedFile) -> tuple[str, str]:
+    """A zip is a Word document when it holds word/document.xml; any other zip is an archive.
+
+    Only the central directory is read here; nothing is inflated.
+    """
     import zipfile
 
     try:
-        with zipfile.ZipFile(abs_path) as zf:
+        with f.stream() as fh, zipfile.ZipFile(fh) as zf:
             names = set(zf.namelist())
-    except (zipfile.BadZipFile, OSError, ValueError):
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError, EOFError):
         return "application/zip", "binary"
     if "word/document.xml" in names:
         return DOCX_MIME, "document"
     return "application/zip", "binary"
 
 
-def sha256_file(abs_path: str, chunk_size: int = 1 << 20) -> str:
-    """Streaming SHA-256, so a large file never sits in memory to be hashed."""
+def sha256_file(abs_path: str, root: str | os.PathLike[str] | None = None, *, chunk_size: int = 1 << 20) -> str:
+    """Streaming SHA-256 of a file opened contained in ``root``; a large file never sits in memory."""
+    with open_file(abs_path, root) as f:
+        return _sha256_opened(f, chunk_size)
+
+
+def _sha256_opened(f: OpenedFile, chunk_size: int = 1 << 20) -> str:
     h = hashlib.sha256()
-    with open(abs_path, "rb") as fh:
-        while block := fh.read(chunk_size):
-            h.update(block)
+    offset = 0
+    while block := os.pread(f.fd, chunk_size, offset):
+        h.update(block)
+        offset += len(block)
     return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class FileFacts:
+    """What one open of a file tells: its type, its hash, and the stat of what was hashed."""
+
+    mime: str
+    modality: str
+    sha256: str
+    size: int
+    mtime_ns: int
+    inode: int
+
+
+def inspect_file(abs_path: str, rel_path: str, root: str | os.PathLike[str] | None = None) -> FileFacts:
+    """Sniff and hash one file through a single contained open, so both describe the same file.
+
+    Raises ``safeio.UnsafeFileError`` (an ``ExtractionError``) for a file refused before
+    reading (a link out of the source folder, a FIFO) and ``OSError`` when it cannot be read.
+    """
+    with open_file(abs_path, root) as f:
+        mime, modality = _sniff_opened(f, rel_path)
+        digest = _sha256_opened(f)
+        st = f.stat
+        return FileFacts(mime, modality, digest, st.st_size, st.st_mtime_ns, st.st_ino)
 
 
 def classify(mime: str, modality: str, rel_path: str, media_types: tuple[str, ...] = ()) -> tuple[str, str]:
@@ -332,14 +376,14 @@ def media_size_problem(settings: Settings, modality: str, size: int) -> str:
     return ""
 
 
-def utf8_problem(abs_path: str, chunk_size: int = 1 << 20) -> str:
+def utf8_problem(abs_path: str, root: str | os.PathLike[str] | None = None, *, chunk_size: int = 1 << 20) -> str:
     """Why a text file is not valid UTF-8 (streamed, bounded memory), or '' when it is."""
     import codecs
 
     decoder = codecs.getincrementaldecoder("utf-8")()
     offset = 0
-    with open(abs_path, "rb") as fh:
-        while block := fh.read(chunk_size):
+    with open_file(abs_path, root) as f:
+        while block := os.pread(f.fd, chunk_size, offset):
             try:
                 decoder.decode(block)
             except UnicodeDecodeError as err:

@@ -19,10 +19,10 @@ from memory_pipeline.extraction.media import (
     Segments,
     human_duration,
     media_segment,
-    note_segment,
     run_tool,
 )
 from memory_pipeline.models import Segment
+from memory_pipeline.safeio import OpenedFile
 
 SAMPLE_RATE = 16000
 _MODEL = None
@@ -47,27 +47,29 @@ def whisper_model():
         return _MODEL
 
 
-def load_audio(abs_path: str, deadline: Deadline) -> np.ndarray:
+def load_audio(src: OpenedFile, deadline: Deadline) -> np.ndarray:
     """Mono 16 kHz float32 samples; PyAV first, the ffmpeg program for what PyAV cannot read."""
     from faster_whisper import decode_audio
 
     try:
-        return decode_audio(abs_path, sampling_rate=SAMPLE_RATE)
+        with src.stream() as fh:
+            return decode_audio(fh, sampling_rate=SAMPLE_RATE)
     except Exception as first:  # PyAV raises its own error types for every container/codec problem
         try:
             raw = run_tool(
-                ["ffmpeg", "-nostdin", "-v", "error", "-i", abs_path, "-vn", "-ac", "1", "-ar", str(SAMPLE_RATE), "-f", "s16le", "-"],
+                ["ffmpeg", "-nostdin", "-v", "error", "-i", src.tool_path(), "-vn", "-ac", "1", "-ar", str(SAMPLE_RATE), "-f", "s16le", "-"],
                 deadline,
                 what="decoding the audio",
+                pass_fds=(src.fd,),
             )
         except ExtractionError as err:
-            raise ExtractionError(abs_path, f"cannot decode the audio ({first.__class__.__name__}: {first}); {err.reason}") from first
+            raise ExtractionError(src.path, f"cannot decode the audio ({first.__class__.__name__}: {first}); {err.reason}") from first
         return np.frombuffer(raw, dtype=np.int16).astype(np.float32) / 32768.0
 
 
-def transcribe(abs_path: str, deadline: Deadline, samples: np.ndarray | None = None) -> tuple[list[Segment], float]:
+def transcribe(src: OpenedFile, deadline: Deadline, samples: np.ndarray | None = None) -> tuple[list[Segment], float]:
     """Transcript segments (times in milliseconds) and the duration in seconds."""
-    audio = load_audio(abs_path, deadline) if samples is None else samples
+    audio = load_audio(src, deadline) if samples is None else samples
     duration = len(audio) / SAMPLE_RATE
     if len(audio) == 0:
         return [], 0.0
@@ -85,16 +87,15 @@ def transcribe(abs_path: str, deadline: Deadline, samples: np.ndarray | None = N
     return segments, duration
 
 
-def extract_audio(abs_path: str, mime: str, options: MediaOptions) -> list[Segment]:
-    deadline = Deadline(abs_path, options.timeout_seconds)
-    spoken, duration = transcribe(abs_path, deadline)
+def extract_audio(src: OpenedFile, mime: str, options: MediaOptions) -> list[Segment]:
+    deadline = Deadline(src.path, options.timeout_seconds)
+    spoken, duration = transcribe(src, deadline)
     if duration == 0:
-        raise ExtractionError(abs_path, "no audio samples: the file decodes to silence of length 0")
-    name = os.path.basename(abs_path)
+        raise ExtractionError(src.path, "no audio samples: the file decodes to silence of length 0")
+    name = os.path.basename(src.path)
     about = f"Audio recording {name} ({mime}, {human_duration(duration)} long)."
     if not spoken:
         about += " No speech was recognised."
-    segments = Segments(note_segment(abs_path))
-    segments.append(media_segment(about))
+    segments = Segments([media_segment(about)])
     segments.extend(spoken)
     return segments

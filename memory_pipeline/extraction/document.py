@@ -1,6 +1,20 @@
 """Documents as readable text: docx paragraphs and tables, HTML text, CSV rows, JSON and XML values.
 
-Every text is redacted of obvious secrets, like notes.
+Each format is read so that a small hostile file cannot cost much:
+
+- docx is a zip. Its central directory is checked before anything is inflated
+  (entry count, total size, each entry's compression ratio: a 150 KB file that
+  claims 40 MB of XML is refused), and ``word/document.xml`` is then inflated
+  through a reader that stops at ``max_unzipped_bytes`` whatever the headers say.
+  It is parsed as a stream with defusedxml (no DTD, no entities), one body element
+  at a time, and reading stops at ``max_segments`` paragraphs and rows, so memory
+  stays flat however long the document.
+- XML files are parsed with defusedxml: entity declarations are refused outright.
+- HTML goes through the standard library's HTMLParser, which expands only the
+  predefined character references.
+- JSON is flattened without recursion, and stops at ``max_chars``.
+
+Secrets are redacted, and output capped, by ``extract`` like every format's.
 """
 
 from __future__ import annotations
@@ -9,45 +23,159 @@ import csv
 import io
 import json
 import os
+import zipfile
+from collections.abc import Iterator
 from html.parser import HTMLParser
+from typing import BinaryIO
 
 from memory_pipeline.discovery import DOCX_MIME
 from memory_pipeline.errors import ExtractionError
-from memory_pipeline.extraction.markdown import decode_utf8
-from memory_pipeline.extraction.media import MediaOptions, Segments, media_segment, note_segment
-from memory_pipeline.extraction.redact import redact
+from memory_pipeline.extraction.markdown import read_text
+from memory_pipeline.extraction.media import MediaOptions, Segments, media_segment
+from memory_pipeline.extraction.output import clean_text
 from memory_pipeline.models import Segment
+from memory_pipeline.safeio import OpenedFile
 
 _MAX_CELL = 500
+# No Office document has this many parts; a central directory this long is itself the attack.
+MAX_ZIP_ENTRIES = 10_000
+# Small entries may compress extremely (a page of spaces) without costing anything to inflate.
+_RATIO_FLOOR_BYTES = 1 << 20
+_W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
+_MC_FALLBACK = "{http://schemas.openxmlformats.org/markup-compatibility/2006}Fallback"
 
 
-def _docx_blocks(abs_path: str) -> list[str]:
-    """Paragraphs and table rows in document order."""
-    try:
-        import docx
-        from docx.table import Table
-        from docx.text.paragraph import Paragraph
-    except ImportError as err:
-        raise ExtractionError(abs_path, "reading .docx needs python-docx, which is not installed") from err
-    try:
-        document = docx.Document(abs_path)
-    except Exception as err:  # python-docx raises zip, XML and its own errors
-        raise ExtractionError(abs_path, f"Word document is corrupt: {err.__class__.__name__}: {err}") from err
-    blocks = []
-    for item in document.iter_inner_content():
-        if isinstance(item, Paragraph):
-            if item.text.strip():
-                blocks.append(item.text.strip())
-        elif isinstance(item, Table):
-            for row in item.rows:
-                cells = []
-                for cell in row.cells:
-                    text = " ".join(cell.text.split())
-                    if text and (not cells or cells[-1] != text):  # merged cells repeat
-                        cells.append(text[:_MAX_CELL])
-                if cells:
-                    blocks.append(" | ".join(cells))
-    return blocks
+def check_zip(zf: zipfile.ZipFile, path: str, options: MediaOptions) -> None:
+    """Refuse a zip whose central directory promises more than a document needs (a zip bomb)."""
+    infos = zf.infolist()
+    if len(infos) > MAX_ZIP_ENTRIES:
+        raise ExtractionError(path, f"zip holds {len(infos)} entries, over {MAX_ZIP_ENTRIES}; not opened")
+    total = sum(i.file_size for i in infos)
+    if total > options.max_unzipped_bytes:
+        raise ExtractionError(
+            path,
+            f"zip would expand to {total} bytes, over max_unzipped_bytes={options.max_unzipped_bytes} "
+            "(a zip bomb?); not opened",
+        )
+    for info in infos:
+        if info.file_size > _RATIO_FLOOR_BYTES and info.file_size > options.max_zip_ratio * max(info.compress_size, 1):
+            ratio = info.file_size / max(info.compress_size, 1)
+            raise ExtractionError(
+                path,
+                f"{info.filename} would expand {ratio:.0f}x ({info.compress_size} to {info.file_size} bytes), "
+                f"over max_zip_ratio={options.max_zip_ratio:g} (a zip bomb?); not opened",
+            )
+
+
+class _Bounded(io.RawIOBase):
+    """Reads at most ``limit`` bytes of an inflating stream; more is an ExtractionError, not more memory."""
+
+    def __init__(self, raw: BinaryIO, limit: int, path: str, name: str) -> None:
+        self.raw, self.limit, self.path, self.name_in_zip = raw, limit, path, name
+        self.seen = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        data = self.raw.read(min(len(buffer), 1 << 16))
+        self.seen += len(data)
+        if self.seen > self.limit:
+            raise ExtractionError(self.path, f"{self.name_in_zip} inflates past {self.limit} bytes; not read further")
+        buffer[: len(data)] = data
+        return len(data)
+
+
+def _para_text(p) -> str:
+    """A paragraph's text as Word shows it: runs, tabs and breaks; text boxes and fallbacks left out."""
+    parts: list[str] = []
+    stack = [p]
+    while stack:
+        el = stack.pop()
+        tag = el.tag
+        if tag == _W + "t":
+            parts.append(el.text or "")
+        elif tag in (_W + "tab", _W + "ptab"):
+            parts.append("\t")
+        elif tag in (_W + "br", _W + "cr"):
+            parts.append("\n")
+        elif tag == _W + "noBreakHyphen":
+            parts.append("-")
+        if tag not in (_W + "txbxContent", _MC_FALLBACK):
+            stack.extend(reversed(list(el)))
+    return "".join(parts)
+
+
+def _table_rows(tbl) -> Iterator[str]:
+    for tr in tbl.iter(_W + "tr"):
+        cells: list[str] = []
+        for tc in tr.findall(_W + "tc"):
+            text = " ".join("\n".join(_para_text(p) for p in tc.findall(_W + "p")).split())
+            if text and (not cells or cells[-1] != text[:_MAX_CELL]):  # merged cells repeat
+                cells.append(text[:_MAX_CELL])
+        if cells:
+            yield " | ".join(cells)
+
+
+def _body_blocks(stream: BinaryIO) -> Iterator[str]:
+    """Paragraphs and table rows of ``word/document.xml``, in order, one body element in memory at a time."""
+    import defusedxml.ElementTree as SafeET
+
+    depth = 0
+    body = None
+    for event, el in SafeET.iterparse(stream, events=("start", "end"), forbid_dtd=True):
+        if event == "start":
+            depth += 1
+            if depth == 2 and el.tag == _W + "body":
+                body = el
+            continue
+        depth -= 1
+        if depth != 2 or body is None:
+            continue
+        if el.tag == _W + "p":
+            text = _para_text(el).strip()
+            if text:
+                yield text
+        elif el.tag == _W + "tbl":
+            yield from _table_rows(el)
+        elif el.tag == _W + "sdt":  # a content control (a cover page, a table of contents)
+            for p in el.iter(_W + "p"):
+                text = _para_text(p).strip()
+                if text:
+                    yield text
+        body.clear()  # what is done is dropped: memory stays at one body element
+
+
+def _docx_body(src: OpenedFile, options: MediaOptions) -> Segments:
+    import defusedxml
+
+    body = Segments()
+    with src.stream() as fh:
+        try:
+            zf = zipfile.ZipFile(fh)
+        except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError) as err:
+            raise ExtractionError(src.path, f"Word document is corrupt: {err.__class__.__name__}: {err}") from err
+        with zf:
+            check_zip(zf, src.path, options)
+            try:
+                info = zf.getinfo("word/document.xml")
+            except KeyError as err:
+                raise ExtractionError(src.path, "Word document has no word/document.xml") from err
+            try:
+                with zf.open(info) as raw:
+                    limit = min(info.file_size, options.max_unzipped_bytes)
+                    for i, block in enumerate(_body_blocks(_Bounded(raw, limit, src.path, info.filename)), 1):
+                        if len(body) >= options.max_segments:
+                            body.warn(f"indexed the first {len(body)} paragraphs and rows (max_segments={options.max_segments})")
+                            break
+                        body.append(Segment(text=block, line_start=i, line_end=i, kind="para"))
+            except ExtractionError:
+                raise
+            except defusedxml.DefusedXmlException as err:
+                raise ExtractionError(src.path, f"Word document declares a DTD or entities ({err}); not parsed") from err
+            except Exception as err:  # zipfile (bad CRC, bad header), expat and zlib raise their own errors
+                raise ExtractionError(src.path, f"Word document is corrupt: {err.__class__.__name__}: {err}") from err
+    return body
 
 
 class _HTMLText(HTMLParser):
@@ -94,47 +222,61 @@ def html_text(text: str) -> str:
     return f"{title}\n{body}" if title else body
 
 
-def _csv_rows(text: str) -> list[Segment]:
+def _csv_rows(text: str, path: str, options: MediaOptions) -> Segments:
     try:
         dialect = csv.Sniffer().sniff(text[:4096], delimiters=",;\t|")
     except csv.Error:
         dialect = csv.excel
-    rows = list(csv.reader(io.StringIO(text), dialect))
-    if not rows:
-        return []
-    header = [h.strip() for h in rows[0]]
-    out = [Segment(text="Columns: " + ", ".join(h for h in header if h), line_start=1, line_end=1, kind="row")]
-    for n, row in enumerate(rows[1:], start=2):
-        cells = [f"{h or f'col{i + 1}'}: {v.strip()[:_MAX_CELL]}" for i, (h, v) in enumerate(zip(header + [""] * len(row), row)) if v.strip()]
-        if cells:
+    out = Segments()
+    try:
+        rows = csv.reader(io.StringIO(text), dialect)
+        header = [h.strip() for h in next(rows, [])]
+        if not header:
+            return out
+        out.append(Segment(text="Columns: " + ", ".join(h for h in header if h), line_start=1, line_end=1, kind="row"))
+        for n, row in enumerate(rows, start=2):
+            cells = [f"{h or f'col{i + 1}'}: {v.strip()[:_MAX_CELL]}" for i, (h, v) in enumerate(zip(header + [""] * len(row), row)) if v.strip()]
+            if not cells:
+                continue
+            if len(out) >= options.max_segments:
+                out.warn(f"indexed the first {len(out) - 1} rows (max_segments={options.max_segments})")
+                break
             out.append(Segment(text="; ".join(cells), line_start=n, line_end=n, kind="row"))
+    except csv.Error as err:  # a field over the csv module's limit, a quote never closed
+        raise ExtractionError(path, f"CSV is malformed: {err}") from err
     return out
 
 
-def _json_lines(value, prefix: str = "") -> list[str]:
-    if isinstance(value, dict):
-        out = []
-        for k, v in value.items():
-            out.extend(_json_lines(v, f"{prefix}.{k}" if prefix else str(k)))
-        return out
-    if isinstance(value, list):
-        out = []
-        for i, v in enumerate(value):
-            out.extend(_json_lines(v, f"{prefix}[{i}]"))
-        return out
-    if value is None or value == "":
-        return []
-    return [f"{prefix}: {value}" if prefix else str(value)]
+def _json_lines(value, budget: int) -> tuple[list[str], bool]:
+    """``path.to.key: value`` lines, depth first without recursion; True when cut at ``budget`` characters."""
+    out: list[str] = []
+    used = 0
+    stack: list[tuple[str, object]] = [("", value)]
+    while stack:
+        prefix, v = stack.pop()
+        if isinstance(v, dict):
+            stack.extend(reversed([(f"{prefix}.{k}" if prefix else str(k), x) for k, x in v.items()]))
+        elif isinstance(v, list):
+            stack.extend(reversed([(f"{prefix}[{i}]", x) for i, x in enumerate(v)]))
+        elif v is not None and v != "":
+            line = f"{prefix}: {v}" if prefix else str(v)
+            used += len(line) + 1
+            if used > budget:
+                return out, True
+            out.append(line)
+    return out, False
 
 
 def _xml_lines(abs_path: str, data: bytes) -> list[str]:
     import xml.etree.ElementTree as ET
 
+    import defusedxml
+    import defusedxml.ElementTree as SafeET
+
     try:
-        # The standard parser expands no external entities; internal entity bombs are refused by size.
-        if data.count(b"<!ENTITY") > 20:
-            raise ExtractionError(abs_path, "XML declares many entities (an entity-expansion bomb?); not parsed")
-        root = ET.fromstring(data)
+        root = SafeET.fromstring(data, forbid_dtd=False, forbid_entities=True, forbid_external=True)
+    except defusedxml.DefusedXmlException as err:
+        raise ExtractionError(abs_path, f"XML declares entities or external references ({err}); not parsed") from err
     except ET.ParseError as err:
         raise ExtractionError(abs_path, f"XML is not well-formed: {err}") from err
     lines = []
@@ -147,39 +289,52 @@ def _xml_lines(abs_path: str, data: bytes) -> list[str]:
     return lines
 
 
-def extract_document(abs_path: str, mime: str, options: MediaOptions) -> list[Segment]:
-    name = os.path.basename(abs_path)
+def _one_segment(lines: list[str]) -> list[Segment]:
+    return [Segment(text="\n".join(lines), line_start=1, line_end=len(lines), kind="text")] if lines else []
+
+
+def extract_document(src: OpenedFile, mime: str, options: MediaOptions) -> list[Segment]:
+    name = os.path.basename(src.path)
+    warning = ""
     if mime == DOCX_MIME:
-        blocks = _docx_blocks(abs_path)
-        body = [Segment(text=redact(b)[0], line_start=i, line_end=i, kind="para") for i, b in enumerate(blocks, 1)]
+        body: list[Segment] = _docx_body(src, options)
+        warning = body.warning
         kind_name = "Word document"
+    elif mime == "application/xml":
+        data = src.pread(options.max_chars * 4 + 1)
+        if len(data) > options.max_chars * 4:
+            raise ExtractionError(src.path, f"XML file is over {options.max_chars * 4} bytes (max_chars={options.max_chars}); not parsed")
+        body = _one_segment(_xml_lines(src.path, data))
+        kind_name = "XML document"
     else:
-        with open(abs_path, "rb") as fh:
-            data = fh.read()
-        if mime == "application/xml":
-            lines = _xml_lines(abs_path, data)
-            body = [Segment(text=redact("\n".join(lines))[0], line_start=1, line_end=len(lines), kind="text")] if lines else []
-            kind_name = "XML document"
+        text, cut = read_text(src, options)
+        text = clean_text(text)[0]
+        if cut:
+            warning = f"read the first {options.max_chars * 4} bytes of {src.size} (max_chars={options.max_chars})"
+        if mime == "text/csv":
+            body = _csv_rows(text, src.path, options)
+            warning = "; ".join(w for w in (warning, body.warning) if w)
+            kind_name = "CSV table"
+        elif mime == "application/json":
+            try:
+                value = json.loads(text)
+            except RecursionError as err:
+                raise ExtractionError(src.path, "JSON is nested too deeply to read") from err
+            except ValueError as err:  # JSONDecodeError, or a number of more digits than Python converts
+                raise ExtractionError(src.path, f"not valid JSON: {err}") from err
+            lines, over = _json_lines(value, options.max_chars)
+            if over:
+                warning = f"indexed the first {len(lines)} values (max_chars={options.max_chars})"
+            body = _one_segment(lines)
+            kind_name = "JSON document"
         else:
-            text = decode_utf8(data, abs_path).replace("\r\n", "\n")
-            if mime == "text/csv":
-                body = [Segment(redact(s.text)[0], s.line_start, s.line_end, kind="row") for s in _csv_rows(text)]
-                kind_name = "CSV table"
-            elif mime == "application/json":
-                try:
-                    lines = _json_lines(json.loads(text))
-                except json.JSONDecodeError as err:
-                    raise ExtractionError(abs_path, f"not valid JSON: {err}") from err
-                body = [Segment(text=redact("\n".join(lines))[0], line_start=1, line_end=len(lines), kind="text")] if lines else []
-                kind_name = "JSON document"
-            else:
-                rendered = html_text(text)
-                n = rendered.count("\n") + 1
-                body = [Segment(text=redact(rendered)[0], line_start=1, line_end=n, kind="text")] if rendered.strip() else []
-                kind_name = "Web page"
+            rendered = html_text(text)
+            n = rendered.count("\n") + 1
+            body = [Segment(text=rendered, line_start=1, line_end=n, kind="text")] if rendered.strip() else []
+            kind_name = "Web page"
     if not body:
-        raise ExtractionError(abs_path, f"{kind_name.lower()} has no text; not indexed empty")
-    segments = Segments(note_segment(abs_path))
-    segments.append(media_segment(f"{kind_name} {name}."))
+        raise ExtractionError(src.path, f"{kind_name.lower()} has no text; not indexed empty")
+    segments = Segments([media_segment(f"{kind_name} {name}.")])
     segments.extend(body)
+    segments.warning = warning
     return segments

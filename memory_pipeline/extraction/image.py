@@ -4,24 +4,26 @@ from __future__ import annotations
 
 import os
 import warnings
+from typing import BinaryIO
 
 from memory_pipeline.errors import ExtractionError
-from memory_pipeline.extraction.media import Deadline, MediaOptions, Segments, media_segment, note_segment, ocr_image
+from memory_pipeline.extraction.media import Deadline, MediaOptions, Segments, media_segment, ocr_image
 from memory_pipeline.models import Segment
+from memory_pipeline.safeio import OpenedFile
 
 _EXIF_IFD = 0x8769
 _GPS_IFD = 0x8825
 
 
-def open_image(abs_path: str, options: MediaOptions):
-    """A fully decoded PIL image; corrupt, truncated and decompression-bomb files raise ExtractionError."""
+def open_image(fh: BinaryIO, abs_path: str, options: MediaOptions):
+    """A fully decoded PIL image read from ``fh``; corrupt, truncated and decompression-bomb files raise ExtractionError."""
     from PIL import Image, UnidentifiedImageError
 
     _register_heif()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            img = Image.open(abs_path)
+            img = Image.open(fh)
             w, h = img.size
             if w * h > options.max_image_pixels:
                 raise ExtractionError(
@@ -85,16 +87,16 @@ def _degrees(value) -> float:
     return d + m / 60 + s / 3600
 
 
-def extract_image(abs_path: str, mime: str, options: MediaOptions) -> list[Segment]:
-    deadline = Deadline(abs_path, options.timeout_seconds)
-    img = open_image(abs_path, options)
-    fmt = (img.format or mime.split("/")[-1]).upper()
-    name = os.path.basename(abs_path)
-    about = f"Image {name} ({fmt}, {img.width}x{img.height})." + "".join(f" {f}" for f in exif_facts(img))
-    segments = Segments(note_segment(abs_path))
-    segments.append(media_segment(about))
-    if getattr(img, "n_frames", 1) > 1:
-        img.seek(0)  # an animated GIF: the first frame carries the text, if any
-    lines = ocr_image(img, deadline)
+def extract_image(src: OpenedFile, mime: str, options: MediaOptions) -> list[Segment]:
+    deadline = Deadline(src.path, options.timeout_seconds)
+    with src.stream() as fh:
+        img = open_image(fh, src.path, options)
+        fmt = (img.format or mime.split("/")[-1]).upper()
+        name = os.path.basename(src.path)
+        about = f"Image {name} ({fmt}, {img.width}x{img.height})." + "".join(f" {f}" for f in exif_facts(img))
+        segments = Segments([media_segment(about)])
+        if getattr(img, "n_frames", 1) > 1:
+            img.seek(0)  # an animated GIF: the first frame carries the text, if any
+        lines = ocr_image(img, deadline)
     segments.extend(Segment(text=line, line_start=i, line_end=i, kind="ocr") for i, line in enumerate(lines, 1))
     return segments

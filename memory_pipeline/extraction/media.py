@@ -1,43 +1,79 @@
-"""What every media extractor shares: options, a per-file deadline, OCR, external tools, the note.
+"""What every media extractor shares: options, a per-file deadline, OCR, external tools.
 
-Extraction of one media file is bounded by a deadline checked between units of
-work (a page, a transcript segment, a frame) and passed to every external tool as
-its timeout, so a slow file is abandoned with a reason and the run goes on.
+Extraction of one media file is bounded twice. A deadline is checked between units
+of work (a page, a transcript segment, a frame) and passed to every external tool
+as its timeout, so a slow file is abandoned with a reason saying where it was. And
+the extractor runs in a worker process (``extraction.worker``) that is killed when
+it outlives ``max_extract_seconds`` or outgrows ``max_extract_mb``, which also
+catches a decoder stuck inside C code that never reaches a check.
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import time
 from dataclasses import dataclass
 
-from memory_pipeline.discovery import NOTE_SUFFIX
 from memory_pipeline.errors import ExtractionError
-from memory_pipeline.extraction.redact import redact
 from memory_pipeline.models import Segment
+
+# The hard wall-clock limit comes this long after the cooperative deadline, so an extractor
+# that is between two checks can still stop itself and say where it was.
+HARD_LIMIT_GRACE_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
 class MediaOptions:
-    """The extraction knobs of ``multimodal`` in the config."""
+    """The extraction knobs of ``multimodal`` (and the per-file output caps) in the config."""
 
     pdf_max_pages: int = 100
     keyframe_seconds: float = 10.0
     timeout_seconds: float = 300.0
     max_image_pixels: int = 64_000_000
+    # The worker process is killed past these: None = timeout_seconds + HARD_LIMIT_GRACE_SECONDS.
+    max_extract_seconds: float | None = None
+    max_extract_mb: int = 1024
+    # Output of one file, any format: past either cap the file is indexed in part, with a warning.
+    max_segments: int = 50_000
+    max_chars: int = 20_000_000
+    # Zip containers (docx): refused before parsing when they would expand past these.
+    max_unzipped_bytes: int = 100 * 1024 * 1024
+    max_zip_ratio: float = 100.0
 
     @classmethod
     def from_settings(cls, settings) -> MediaOptions:
         mm = settings.multimodal
-        return cls(mm.pdf_max_pages, mm.keyframe_seconds, mm.timeout_seconds, mm.max_image_pixels)
+        limits = settings.limits
+        defaults = cls()
+        # The newer keys are read when the settings model has them (they are optional there).
+        return cls(
+            pdf_max_pages=mm.pdf_max_pages,
+            keyframe_seconds=mm.keyframe_seconds,
+            timeout_seconds=mm.timeout_seconds,
+            max_image_pixels=mm.max_image_pixels,
+            max_extract_seconds=getattr(mm, "max_extract_seconds", defaults.max_extract_seconds),
+            max_extract_mb=getattr(mm, "max_extract_mb", defaults.max_extract_mb),
+            max_segments=getattr(limits, "max_segments_per_file", defaults.max_segments),
+            max_chars=getattr(limits, "max_chars_per_file", defaults.max_chars),
+            max_unzipped_bytes=getattr(mm, "max_unzipped_bytes", defaults.max_unzipped_bytes),
+            max_zip_ratio=getattr(mm, "max_zip_ratio", defaults.max_zip_ratio),
+        )
+
+    def hard_seconds(self) -> float:
+        """Wall-clock seconds after which the worker extracting one file is killed."""
+        if self.max_extract_seconds is not None:
+            return self.max_extract_seconds
+        return self.timeout_seconds + HARD_LIMIT_GRACE_SECONDS
 
 
 class Segments(list):
     """Segments of one file, with a warning when it was indexed only in part (a page cap)."""
 
     warning: str = ""
+
+    def warn(self, message: str) -> None:
+        self.warning = f"{self.warning}; {message}" if self.warning else message
 
 
 class Deadline:
@@ -56,8 +92,13 @@ class Deadline:
             )
 
 
-def run_tool(args: list[str], deadline: Deadline, *, data: bytes | None = None, what: str) -> bytes:
-    """Run an external tool within the file's deadline; its failure becomes the file's reason."""
+def run_tool(
+    args: list[str], deadline: Deadline, *, data: bytes | None = None, what: str, pass_fds: tuple[int, ...] = ()
+) -> bytes:
+    """Run an external tool within the file's deadline; its failure becomes the file's reason.
+
+    ``pass_fds``: descriptors the tool inherits, so it reads the opened file as ``/proc/self/fd/N``.
+    """
     exe = shutil.which(args[0])
     if exe is None:
         package = {"tesseract": "tesseract-ocr", "ffmpeg": "ffmpeg"}.get(args[0], args[0])
@@ -65,7 +106,12 @@ def run_tool(args: list[str], deadline: Deadline, *, data: bytes | None = None, 
     deadline.check(what)
     try:
         proc = subprocess.run(
-            [exe, *args[1:]], input=data, capture_output=True, timeout=max(deadline.left(), 0.1), check=False
+            [exe, *args[1:]],
+            input=data,
+            capture_output=True,
+            timeout=max(deadline.left(), 0.1),
+            check=False,
+            pass_fds=pass_fds,
         )
     except subprocess.TimeoutExpired as err:
         raise ExtractionError(
@@ -110,19 +156,11 @@ def clean_ocr(text: str) -> list[str]:
     return lines
 
 
-def note_segment(abs_path: str) -> list[Segment]:
-    """The user's note about a file (``<file>.note.md`` beside it), as the first segment."""
-    note_path = abs_path + NOTE_SUFFIX
-    if not os.path.isfile(note_path):
-        return []
-    try:
-        with open(note_path, "rb") as fh:
-            text = fh.read(64 * 1024).decode("utf-8", "replace").strip()
-    except OSError:
-        return []
+def note_segment(data: bytes) -> list[Segment]:
+    """The user's note about a file (the bytes of ``<file>.note.md``), as the first segment."""
+    text = data.decode("utf-8", "replace").strip()
     if not text:
         return []
-    text, _ = redact(text)
     return [Segment(text=text, line_start=0, line_end=0, kind="note")]
 
 

@@ -11,10 +11,12 @@ import logging
 import os
 from contextlib import contextmanager
 
+from typing import BinaryIO
+
 from memory_pipeline.errors import ExtractionError
-from memory_pipeline.extraction.media import Deadline, MediaOptions, Segments, media_segment, note_segment, ocr_image
-from memory_pipeline.extraction.redact import redact
+from memory_pipeline.extraction.media import Deadline, MediaOptions, Segments, media_segment, ocr_image
 from memory_pipeline.models import Segment
+from memory_pipeline.safeio import OpenedFile
 
 
 class _Collect(logging.Handler):
@@ -40,12 +42,12 @@ def _pypdf_warnings():
         logger.propagate = propagate
 
 
-def _reader(abs_path: str):
+def _reader(fh: BinaryIO, abs_path: str):
     from pypdf import PdfReader
     from pypdf.errors import PdfReadError
 
     try:
-        reader = PdfReader(abs_path, strict=False)
+        reader = PdfReader(fh, strict=False)
         if reader.is_encrypted:
             try:
                 if not reader.decrypt(""):
@@ -74,14 +76,14 @@ def _page_ocr(page, deadline: Deadline) -> list[str]:
     return lines
 
 
-def extract_pdf(abs_path: str, mime: str, options: MediaOptions) -> list[Segment]:
-    with _pypdf_warnings() as repaired:
-        return _extract_pdf(abs_path, options, repaired)
+def extract_pdf(src: OpenedFile, mime: str, options: MediaOptions) -> list[Segment]:
+    with _pypdf_warnings() as repaired, src.stream() as fh:
+        return _extract_pdf(fh, src.path, options, repaired)
 
 
-def _extract_pdf(abs_path: str, options: MediaOptions, repaired: list[str]) -> list[Segment]:
+def _extract_pdf(fh: BinaryIO, abs_path: str, options: MediaOptions, repaired: list[str]) -> list[Segment]:
     deadline = Deadline(abs_path, options.timeout_seconds)
-    reader, n_pages = _reader(abs_path)
+    reader, n_pages = _reader(fh, abs_path)
     if n_pages == 0:
         raise ExtractionError(abs_path, "PDF has no pages (or its page tree is broken)")
     limit = min(n_pages, options.pdf_max_pages)
@@ -103,7 +105,6 @@ def _extract_pdf(abs_path: str, options: MediaOptions, repaired: list[str]) -> l
             failed_pages += 1
             continue
         if text:
-            text, _ = redact(text)
             pages.append(Segment(text=text, line_start=number, line_end=number, kind="page"))
     if not pages:
         why = f"{failed_pages} of {limit} pages could not be parsed" if failed_pages else "no text layer, and OCR found no text"
@@ -112,8 +113,7 @@ def _extract_pdf(abs_path: str, options: MediaOptions, repaired: list[str]) -> l
     about = f"PDF document {name}, {n_pages} page{'s' if n_pages != 1 else ''}."
     if ocr_pages:
         about += f" {ocr_pages} scanned page{'s' if ocr_pages != 1 else ''} read by OCR."
-    segments = Segments(note_segment(abs_path))
-    segments.append(media_segment(about))
+    segments = Segments([media_segment(about)])
     segments.extend(pages)
     warnings = []
     if n_pages > limit:

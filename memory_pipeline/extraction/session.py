@@ -3,20 +3,27 @@
 Understands the common shapes agents write: ``{"role", "content"}`` records,
 ``{"type": "message", "message": {...}}`` envelopes, and content given as a string
 or as a list of ``{"type": "text", "text": ...}`` parts. Tool calls, tool results
-and system records are left out. Each segment keeps its JSONL line number, and
-obvious secrets are redacted before anything is stored.
+and system records are left out. Each segment keeps its JSONL line number; secrets
+are redacted by ``extract`` like every format's. Lines that are not JSON objects
+(a record cut short while the agent was still writing, a stray log line) are
+skipped and reported in the list's ``warning`` with their numbers.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from datetime import datetime, timezone
 from typing import Any
 
 from memory_pipeline.errors import ExtractionError
-from memory_pipeline.extraction.markdown import decode_utf8
-from memory_pipeline.extraction.redact import redact
+from memory_pipeline.extraction.markdown import read_text
+from memory_pipeline.extraction.media import MediaOptions, Segments
 from memory_pipeline.models import Segment
+from memory_pipeline.safeio import OpenedFile
+
+# How many line numbers a warning lists before "…".
+_LISTED_LINES = 10
 
 _ROLES = {"user": "user", "human": "user", "assistant": "assistant", "ai": "assistant", "model": "assistant"}
 
@@ -54,33 +61,42 @@ def _iso(value: Any) -> str:
     if isinstance(value, bool) or value in (None, ""):
         return ""
     if isinstance(value, (int, float)):
-        seconds = value / 1000 if value > 1e11 else value
         try:
+            seconds = value / 1000 if value > 1e11 else value
             return datetime.fromtimestamp(seconds, tz=timezone.utc).isoformat()
-        except (OverflowError, OSError, ValueError):
+        except (OverflowError, OSError, ValueError):  # a number no clock reaches
             return ""
     return str(value)
 
 
-def extract_session(abs_path: str) -> list[Segment]:
-    with open(abs_path, "rb") as fh:
-        data = fh.read()
-    text = decode_utf8(data, abs_path)
-    segments: list[Segment] = []
-    bad_lines = 0
+def _lines_warning(numbers: list[int], what: str) -> str:
+    listed = ", ".join(str(n) for n in numbers[:_LISTED_LINES]) + (", …" if len(numbers) > _LISTED_LINES else "")
+    return f"{len(numbers)} line{'s are' if len(numbers) != 1 else ' is'} {what}: {listed}"
+
+
+def session_segments(src: OpenedFile, options: MediaOptions) -> Segments:
+    """One segment per user/assistant message, at most ``max_segments``; broken lines reported."""
+    text, cut = read_text(src, options)
+    segments = Segments()
+    not_json: list[int] = []
+    not_object: list[int] = []
     records = 0
+    capped = False
     # Only "\n" ends a JSONL record: U+2028 and friends may appear raw inside JSON strings.
-    for line_no, line in enumerate(text.split("\n"), start=1):
+    lines = text.split("\n")
+    if cut and len(lines) > 1:
+        lines.pop()  # the last line was cut by the read limit, not broken by the agent
+    for line_no, line in enumerate(lines, start=1):
         line = line.removesuffix("\r")
         if not line.strip():
             continue
         try:
             record = json.loads(line)
-        except json.JSONDecodeError:
-            bad_lines += 1
+        except (ValueError, RecursionError):  # JSONDecodeError, a 5000-digit number, deep nesting
+            not_json.append(line_no)
             continue
         if not isinstance(record, dict):
-            bad_lines += 1
+            not_object.append(line_no)
             continue
         records += 1
         parsed = _message(record)
@@ -89,10 +105,28 @@ def extract_session(abs_path: str) -> list[Segment]:
         role, body, timestamp = parsed
         if not body:
             continue
-        body, _ = redact(body)
+        if len(segments) >= options.max_segments:
+            capped = True
+            segments.warn(f"indexed the messages of the first {line_no - 1} lines (max_segments={options.max_segments})")
+            break
         when = timestamp.replace("T", " ")[:16] if timestamp else ""
         label = f"[{when}] {role}:" if when else f"{role}:"
         segments.append(Segment(text=body, line_start=line_no, line_end=line_no, label=label))
-    if records == 0 and bad_lines:
-        raise ExtractionError(abs_path, f"not a JSONL transcript: none of its {bad_lines} lines is a JSON object")
+    if records == 0 and (not_json or not_object):
+        raise ExtractionError(
+            src.path, f"not a JSONL transcript: none of its {len(not_json) + len(not_object)} lines is a JSON object"
+        )
+    if not_json:
+        segments.warn(_lines_warning(not_json, "not valid JSON"))
+    if not_object:
+        segments.warn(_lines_warning(not_object, "JSON but not an object"))
+    if cut and not capped:
+        segments.warn(f"indexed the first {options.max_chars * 4} bytes of {src.size} (max_chars={options.max_chars})")
     return segments
+
+
+def extract_session(abs_path: str, root: str | os.PathLike[str] | None = None) -> list[Segment]:
+    """A transcript's segments, through ``extract`` (opened contained, cleaned, redacted, capped)."""
+    from memory_pipeline.extraction import extract
+
+    return extract(abs_path, "session", root=root)

@@ -18,39 +18,40 @@ from memory_pipeline.extraction.media import (
     Segments,
     human_duration,
     media_segment,
-    note_segment,
     ocr_image,
     run_tool,
 )
 from memory_pipeline.models import Segment
+from memory_pipeline.safeio import OpenedFile
 
 
-def probe(abs_path: str) -> tuple[float, bool, int, int]:
+def probe(src: OpenedFile) -> tuple[float, bool, int, int]:
     """(duration in seconds, has an audio track, width, height) from the container."""
     import av
 
     try:
-        with av.open(abs_path) as container:
+        with src.stream() as fh, av.open(fh) as container:
             video = container.streams.video
             if not video:
-                raise ExtractionError(abs_path, "no video stream in the file")
+                raise ExtractionError(src.path, "no video stream in the file")
             duration = (container.duration or 0) / 1_000_000
             return duration, bool(container.streams.audio), video[0].width, video[0].height
     except ExtractionError:
         raise
     except Exception as err:  # PyAV's error types (InvalidDataError, …)
-        raise ExtractionError(abs_path, f"cannot read the video container: {err}") from err
+        raise ExtractionError(src.path, f"cannot read the video container: {err}") from err
 
 
-def keyframe_text(abs_path: str, every: float, deadline: Deadline) -> list[Segment]:
+def keyframe_text(src: OpenedFile, every: float, deadline: Deadline) -> list[Segment]:
     from PIL import Image
 
     with tempfile.TemporaryDirectory(prefix="memory-frames-") as tmp:
         run_tool(
-            ["ffmpeg", "-nostdin", "-v", "error", "-i", abs_path, "-an",
+            ["ffmpeg", "-nostdin", "-v", "error", "-i", src.tool_path(), "-an",
              "-vf", f"fps=1/{every:g},scale='min(1600,iw)':-2", "-fps_mode", "vfr", os.path.join(tmp, "f%06d.png")],
             deadline,
             what="extracting keyframes",
+            pass_fds=(src.fd,),
         )  # fmt: skip
         segments: list[Segment] = []
         for i, name in enumerate(sorted(os.listdir(tmp))):
@@ -68,20 +69,19 @@ def keyframe_text(abs_path: str, every: float, deadline: Deadline) -> list[Segme
         return segments
 
 
-def extract_video(abs_path: str, mime: str, options: MediaOptions) -> list[Segment]:
-    deadline = Deadline(abs_path, options.timeout_seconds)
-    duration, has_audio, width, height = probe(abs_path)
+def extract_video(src: OpenedFile, mime: str, options: MediaOptions) -> list[Segment]:
+    deadline = Deadline(src.path, options.timeout_seconds)
+    duration, has_audio, width, height = probe(src)
     spoken: list[Segment] = []
     if has_audio:
-        spoken, _ = transcribe(abs_path, deadline, samples=load_audio(abs_path, deadline))
-    shown = keyframe_text(abs_path, options.keyframe_seconds, deadline)
-    name = os.path.basename(abs_path)
+        spoken, _ = transcribe(src, deadline, samples=load_audio(src, deadline))
+    shown = keyframe_text(src, options.keyframe_seconds, deadline)
+    name = os.path.basename(src.path)
     about = f"Video {name} ({mime}, {width}x{height}, {human_duration(duration)} long"
     about += ")." if has_audio else ", no sound)."
     if has_audio and not spoken:
         about += " No speech was recognised."
-    segments = Segments(note_segment(abs_path))
-    segments.append(media_segment(about))
+    segments = Segments([media_segment(about)])
     segments.extend(spoken)
     segments.extend(shown)
     return segments

@@ -1,0 +1,82 @@
+"""What every extractor's output goes through, once, whatever the format: clean, redact, cap.
+
+- Control characters: C0 controls other than tab and newline, DEL, and C1 controls
+  other than NEL are removed (they can drive a terminal that shows a search hit, and
+  a NUL breaks tools downstream); a carriage return becomes a newline. Removing, not
+  replacing, keeps every line where it was, so line locators stay true.
+- Secrets: ``redact`` runs over every segment's text and label (notes, OCR of images
+  and keyframes, transcripts, PDF pages, documents, messages).
+- Caps: at most ``max_segments`` segments and ``max_chars`` characters per file. A file
+  over a cap is indexed in part, and the list's ``warning`` says what was left out;
+  it is never failed for being large, since its first part is still worth finding.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+from memory_pipeline.extraction.media import MediaOptions, Segments
+from memory_pipeline.extraction.redact import redact
+from memory_pipeline.models import Segment
+
+# C0 except \t \n (\r is handled first), DEL, C1 except NEL (U+0085, a line separator in text).
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f\x80-\x84\x86-\x9f]")
+_LABEL_SPACE = re.compile(r"\s+")
+
+
+def clean_text(text: str) -> tuple[str, int]:
+    """The text without control characters (newlines kept), and how many were removed."""
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    return _CONTROL.subn("", text)
+
+
+def clean_label(label: str) -> str:
+    """A label is one line: control characters removed, any run of whitespace one space."""
+    return _LABEL_SPACE.sub(" ", clean_text(label)[0]).strip()
+
+
+def cap_segments(segments: list[Segment], options: MediaOptions) -> Segments:
+    """At most ``max_segments`` segments and ``max_chars`` characters; the warning says what was cut."""
+    out = Segments()
+    out.warning = getattr(segments, "warning", "")
+    chars = 0
+    for seg in segments:
+        if len(out) >= options.max_segments:
+            out.warn(f"indexed the first {len(out)} of {len(segments)} segments (max_segments={options.max_segments})")
+            break
+        room = options.max_chars - chars
+        if len(seg.text) > room:
+            if room > 0:
+                out.append(_truncated(seg, room))
+            left = len(segments) - len(out)
+            message = f"indexed the first {options.max_chars} characters (max_chars={options.max_chars})"
+            out.warn(f"{message}; {left} later segment(s) left out" if left else message)
+            break
+        out.append(seg)
+        chars += len(seg.text)
+    return out
+
+
+def _truncated(seg: Segment, room: int) -> Segment:
+    """The first ``room`` characters of a segment, at a line end where there is one."""
+    cut = seg.text.rfind("\n", 0, room)
+    text = seg.text[: cut + 1] if cut > 0 else seg.text[:room]
+    if seg.kind == "":  # a text file's segment: its locator is lines, which now end earlier
+        return replace(seg, text=text, line_end=seg.line_start + max(text.count("\n") - text.endswith("\n"), 0))
+    return replace(seg, text=text)
+
+
+def finish(segments: list[Segment], options: MediaOptions, note: list[Segment] | None = None) -> Segments:
+    """The one place every extracted segment (and a media file's note) is cleaned, redacted and capped."""
+    out = Segments()
+    out.warning = getattr(segments, "warning", "")
+    for seg in [*(note or []), *segments]:
+        text, _ = clean_text(seg.text)
+        if not text.strip():
+            continue
+        text, _ = redact(text)
+        label = redact(clean_label(seg.label))[0] if seg.label else ""
+        out.append(replace(seg, text=text, label=label) if (text, label) != (seg.text, seg.label) else seg)
+    return cap_segments(out, options)
