@@ -316,6 +316,8 @@ def extract_document(src: OpenedFile, mime: str, options: MediaOptions) -> list[
             warning = "; ".join(w for w in (warning, body.warning) if w)
             kind_name = "CSV table"
         elif mime == "application/json":
+            if cut:  # half a JSON value is no JSON at all
+                raise ExtractionError(src.path, f"JSON file is over {options.max_chars * 4} bytes (max_chars={options.max_chars}); not parsed")
             try:
                 value = json.loads(text)
             except RecursionError as err:
