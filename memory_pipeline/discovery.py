@@ -11,6 +11,7 @@ function that reads; without it, a link at the file itself is refused.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import re
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from memory_pipeline.safeio import OpenedFile, open_file
+from memory_pipeline.safeio import OpenedFile, list_folder, open_file
 from memory_pipeline.settings import Settings, SourceConfig
 
 NUM_SHARDS = 16
@@ -136,50 +137,57 @@ def is_selected(rel_path: str, source: SourceConfig) -> bool:
 def walk_source(source: SourceConfig, max_file_bytes: int) -> Iterator[DiscoveredFile]:
     """Stat-walk one source root; yields every selected file, with a status.
 
-    Only ``lstat`` is used, so a walk of 10k unchanged files costs milliseconds.
+    Only ``lstat`` is used, so a walk of 10k unchanged files costs milliseconds. Folders
+    are listed through descriptors opened without following links (``safeio.list_folder``).
     """
     root = source.path
     if not root.is_dir():
         return
     root_real = os.path.realpath(root)
-    stack = [str(root)]
+    stack = [""]
     while stack:
-        current = stack.pop()
+        rel_dir = stack.pop()
+        current = os.path.join(root, rel_dir) if rel_dir else str(root)
         try:
-            entries = sorted(os.scandir(current), key=lambda e: e.name)
+            entries = sorted(list_folder(root, rel_dir), key=lambda e: e[0])
         except OSError as err:
-            rel = os.path.relpath(current, root).replace(os.sep, "/")
-            yield _bad(source, rel + "/", current, "failed", f"cannot list folder: {err.strerror or err}")
+            why = err.strerror or str(err)
+            if err.errno in (errno.ELOOP, errno.ENOTDIR):
+                why = "it was replaced by a link or a file while walking; not followed"
+            yield _bad(source, (rel_dir or ".") + "/", current, "failed", f"cannot list folder: {why}")
             continue
-        for entry in entries:
-            rel = os.path.relpath(entry.path, root).replace(os.sep, "/")
-            try:
-                st = entry.stat(follow_symlinks=False)
-            except OSError as err:
-                yield _bad(source, rel, entry.path, "failed", f"cannot stat: {err.strerror or err}")
+        for name, st in entries:
+            rel = f"{rel_dir}/{name}" if rel_dir else name
+            abs_path = os.path.join(current, name)
+            if isinstance(st, OSError):
+                yield _bad(source, rel, abs_path, "failed", f"cannot stat: {st.strerror or st}")
                 continue
             if stat_mod.S_ISDIR(st.st_mode):
                 # A folder is pruned only when an exclude glob covers everything under it.
                 if not any(glob_match(rel + "/", p) for p in source.exclude):
-                    stack.append(entry.path)
+                    stack.append(rel)
                 continue
             if not is_selected(rel, source):
                 continue
             if stat_mod.S_ISLNK(st.st_mode):
-                target = os.path.realpath(entry.path)
+                try:
+                    target = os.path.realpath(abs_path)
+                except OSError as err:  # the link was removed between lstat and readlink
+                    yield _bad(source, rel, abs_path, "skipped", f"broken symlink: {err.strerror or err}")
+                    continue
                 if not (target == root_real or target.startswith(root_real + os.sep)):
-                    yield _bad(source, rel, entry.path, "skipped", f"symlink points outside the source root ({target}); not followed")
+                    yield _bad(source, rel, abs_path, "skipped", f"symlink points outside the source root ({target}); not followed")
                     continue
                 try:
                     st = os.stat(target)
                 except OSError as err:
-                    yield _bad(source, rel, entry.path, "skipped", f"broken symlink: {err.strerror or err}")
+                    yield _bad(source, rel, abs_path, "skipped", f"broken symlink: {err.strerror or err}")
                     continue
                 if not stat_mod.S_ISREG(st.st_mode):
-                    yield _bad(source, rel, entry.path, "skipped", "symlink to something that is not a regular file")
+                    yield _bad(source, rel, abs_path, "skipped", "symlink to something that is not a regular file")
                     continue
             elif not stat_mod.S_ISREG(st.st_mode):
-                yield _bad(source, rel, entry.path, "skipped", "not a regular file (fifo, socket or device)")
+                yield _bad(source, rel, abs_path, "skipped", "not a regular file (fifo, socket or device)")
                 continue
             status, reason = "ok", ""
             if st.st_size == 0:
@@ -189,7 +197,7 @@ def walk_source(source: SourceConfig, max_file_bytes: int) -> Iterator[Discovere
             yield DiscoveredFile(
                 source=source.name,
                 path=rel,
-                abs_path=entry.path,
+                abs_path=abs_path,
                 shard=shard_of(source.name, rel),
                 size=st.st_size,
                 mtime_ns=st.st_mtime_ns,

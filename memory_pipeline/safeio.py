@@ -217,14 +217,7 @@ def _link_target(root_real: str, done: list[str], name: str, display: str) -> li
 
 
 def _reopen(root_fd: int, parts: list[str]) -> int:
-    fd = os.dup(root_fd)
-    for part in parts:
-        try:
-            sub = os.open(part, _DIR_FLAGS, dir_fd=fd)
-        finally:
-            os.close(fd)
-        fd = sub
-    return fd
+    return _descend(os.dup(root_fd), parts)
 
 
 def _checked(fd: int, display: str) -> OpenedFile:
@@ -248,10 +241,35 @@ def _not_regular(st: os.stat_result) -> str:
     return f"{what}, not a regular file; not read"
 
 
-def read_text_sidecar(abs_path: str, root: str | os.PathLike[str] | None, limit: int) -> bytes | None:
-    """Up to ``limit`` bytes of a sidecar file (a media file's note), opened like any file; None when absent."""
+def list_folder(root: str | os.PathLike[str], rel_dir: str) -> list[tuple[str, os.stat_result | OSError]]:
+    """The entries of a folder under ``root`` with their ``lstat``, the folder reached without following any link.
+
+    The walker never descends into a link; opening each folder component by component
+    with ``O_NOFOLLOW`` keeps a folder swapped for a link mid-walk (to ``/``, say) from
+    being listed. A failed ``lstat`` of one entry is given as its ``OSError``.
+    """
+    root_real = os.path.realpath(root)
+    fd = os.open(root_real, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        with open_file(abs_path, root) as f:
-            return f.pread(limit)
-    except FileNotFoundError:
-        return None
+        fd = _descend(fd, [p for p in rel_dir.split("/") if p])
+        out: list[tuple[str, os.stat_result | OSError]] = []
+        with os.scandir(fd) as it:
+            for entry in it:
+                try:
+                    out.append((entry.name, entry.stat(follow_symlinks=False)))
+                except OSError as err:
+                    out.append((entry.name, err))
+        return out
+    finally:
+        os.close(fd)
+
+
+def _descend(fd: int, parts: list[str]) -> int:
+    """``fd`` walked down ``parts`` with O_NOFOLLOW; the given descriptor is consumed."""
+    for part in parts:
+        try:
+            sub = os.open(part, _DIR_FLAGS, dir_fd=fd)
+        finally:
+            os.close(fd)
+        fd = sub
+    return fd

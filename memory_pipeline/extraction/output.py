@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
+from memory_pipeline.errors import ExtractionError
 from memory_pipeline.extraction.media import MediaOptions, Segments
 from memory_pipeline.extraction.redact import redact
 from memory_pipeline.models import Segment
@@ -76,7 +77,10 @@ def finish(segments: list[Segment], options: MediaOptions, note: list[Segment] |
         text, _ = clean_text(seg.text)
         if not text.strip():
             continue
-        text, _ = redact(text)
-        label = redact(clean_label(seg.label))[0] if seg.label else ""
+        try:
+            text, _ = redact(text)
+            label = redact(clean_label(seg.label))[0] if seg.label else ""
+        except Exception as err:  # fail closed: text that could not be redacted is never stored
+            raise ExtractionError("", f"secret redaction failed ({type(err).__name__}: {err}); not indexed") from err
         out.append(replace(seg, text=text, label=label) if (text, label) != (seg.text, seg.label) else seg)
     return cap_segments(out, options)

@@ -271,3 +271,37 @@ def test_reads_come_from_the_descriptor_not_the_path(tree):
 def test_unsafe_errors_are_extraction_errors():
     assert issubclass(UnsafeLinkError, UnsafeFileError) and issubclass(NotRegularFileError, UnsafeFileError)
     assert issubclass(UnsafeFileError, ExtractionError)
+
+
+def test_walker_never_lists_a_folder_swapped_for_a_link(tree):
+    """A folder replaced by a link to the outside between the walker's lstat and its listing is not listed."""
+    from memory_pipeline.discovery import walk_source
+    from memory_pipeline.settings import SourceConfig
+
+    root = tree["root"]
+    folder, parked = root / "d", root.parent / "parked"
+    folder.mkdir()
+    (folder / "x.md").write_text("inside")
+    stop = threading.Event()
+
+    def swap() -> None:
+        while not stop.is_set():
+            os.rename(folder, parked)
+            os.symlink(tree["outside"], folder)
+            time.sleep(0.0005)
+            os.unlink(folder)
+            os.rename(parked, folder)
+            time.sleep(0.0005)
+
+    thread = threading.Thread(target=swap, daemon=True)
+    thread.start()
+    seen: set[str] = set()
+    try:
+        end = time.monotonic() + 1.5
+        while time.monotonic() < end:
+            seen |= {f.path for f in walk_source(SourceConfig("s", root, ("**/*",), ()), 10_000)}
+    finally:
+        stop.set()
+        thread.join(5)
+    assert "d/x.md" in seen
+    assert not {"d/passwd", "d/note.md"} & seen, seen
