@@ -1,42 +1,772 @@
-"""Redaction of obvious secrets before text is stored or sent to an embedding API."""
+"""Redaction of secrets before text is stored or sent to an embedding API.
+
+``redact(text)`` replaces each secret *value* with ``[REDACTED:<kind>]`` and keeps what
+a searcher needs around it: the key name (``AWS_SECRET_ACCESS_KEY=[REDACTED:secret]``),
+a URL's user and host (``postgres://admin:[REDACTED:password]@db:5432/x``).
+
+Guarantees, relied on by the extractors:
+
+- Line numbers are locators, so every line break of the input survives (a private key
+  block becomes one marker followed by the block's line breaks).
+- Idempotent: markers are never matched again, and a line is re-scanned until nothing
+  more is found, so ``redact(redact(x)[0])[0] == redact(x)[0]``.
+- Never raises and stays linear on any ``str``: each line is scanned on its own, long
+  lines in overlapping windows (``_WINDOW`` characters), so a regex that backtracks
+  (ours or a plugin's) works on a bounded string.
+
+Detectors, in order of precedence when two find the same text:
+
+1. detect-secrets' shape plugins (``detect_secrets.plugins.*``): AWS, GitHub, GitLab,
+   Slack, Stripe, Twilio, OpenAI (legacy), SendGrid, Discord, Telegram, npm, PyPI,
+   Azure storage, Mailchimp, Artifactory, Square, IBM Cloud/COS, Cloudant, SoftLayer.
+   Their regexes find where, their ``analyze_string`` confirms; ``analyze_line`` is
+   not used: it reads the library's global settings singleton (and may attempt
+   network verification). The plugins keep no state, so one shared instance each is
+   safe across threads. Each runs only where its gate (below) passes, which keeps
+   ordinary prose cheap (all plugins on every line would cost ~1.2 s/MB).
+2. Our own token shapes, each where the plugins miss it (reasons beside each).
+3. ``Authorization:`` / ``Bearer`` headers, URL credentials, and key/value assignments
+   whose key names a secret (see ``_assignments``), our own code: the plugins'
+   versions (BasicAuthDetector, KeywordDetector) are built for source files and go
+   wrong on notes, as explained where ours are defined.
+
+Not used: the high-entropy string detectors. On prose they redact git SHAs, UUIDs,
+hashes and ids that users search for. A random-looking value is only redacted where a
+key, header or URL says it is a secret; ``looks_like_secret`` (one config value, not
+prose) is the one place a random-looking run alone counts.
+"""
 
 from __future__ import annotations
 
+import bisect
+import functools
+import importlib
+import itertools
 import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
-_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("private-key", re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?-----END [A-Z ]*PRIVATE KEY-----", re.S)),
-    ("anthropic-key", re.compile(r"\bsk-ant-[A-Za-z0-9_\-]{20,}")),
-    ("openai-key", re.compile(r"\bsk-(?:proj-|svcacct-)?[A-Za-z0-9_\-]{20,}")),
-    ("github-token", re.compile(r"\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{30,}|\bgithub_pat_[A-Za-z0-9_]{40,}")),
-    ("aws-access-key", re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b")),
-    ("google-api-key", re.compile(r"\bAIza[0-9A-Za-z_\-]{35}(?![0-9A-Za-z_\-])")),
-    ("slack-token", re.compile(r"\bxox[abposr]-[A-Za-z0-9\-]{10,}")),
-    ("stripe-key", re.compile(r"\b[sr]k_(?:live|test)_[A-Za-z0-9]{20,}")),
-    ("jwt", re.compile(r"\beyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}")),
-    ("bearer-token", re.compile(r"(?i)(?<=\bbearer )[A-Za-z0-9._\-~+/]{16,}=*")),
+# Long lines are scanned in windows of this many characters, each overlapping the
+# previous one by _OVERLAP, so a secret up to _OVERLAP characters long lies wholly in
+# some window. Both bound what a backtracking regex can cost per window.
+_WINDOW = 4096
+_OVERLAP = 1024
+# A found value is widened over adjacent token characters (a key longer than the
+# plugin's fixed length keeps no visible tail), but never by more than this.
+_EXTEND_MAX = 256
+# A line is re-scanned after redaction until nothing more is found (idempotence);
+# each pass only shrinks the unredacted text, and in practice one pass suffices.
+_MAX_PASSES = 4
+
+# Where a plugin's match has run past its token (npm's ".+" takes the rest of the line).
+_TOKEN_END = re.compile(r"[\s\"'`;,<>\\|(){}\[\]]")
+_MARKER = re.compile(r"\[REDACTED:[a-z0-9-]+\]")
+_LINE_BREAKS = frozenset("\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
+_TOKEN_RUN = re.compile(r"[A-Za-z0-9_\-]*")
+
+
+def _marker(kind: str) -> str:
+    return f"[REDACTED:{kind}]"
+
+
+# --- gates ------------------------------------------------------------------------------
+#
+# Each detector has a gate: cheap tests that pass for every line it could match (a
+# superset). Before anything else the gates of all detectors run once over the whole
+# text, marking the lines worth scanning; ordinary prose has none and costs nothing
+# more. Within a scanned line, each detector runs only on windows its gate passes.
+# Gate patterns are linear on any text (a fixed-length tail after a literal start).
+
+
+@dataclass(frozen=True)
+class _Gate:
+    literals: tuple[str, ...] = ()  # any of these substrings
+    lower_literals: tuple[str, ...] = ()  # ... or of these, in the lower-cased text
+    pattern: re.Pattern[str] | None = None  # ... or a match of this
+    lower_pattern: re.Pattern[str] | None = None  # ... or of this, in the lower-cased text
+    requires: str = ""  # and, within a window, this substring too (not used to mark lines)
+
+    def passes(self, text: str, low: str) -> bool:
+        if self.requires and self.requires not in text:
+            return False
+        for needle in self.literals:
+            if needle in text:
+                return True
+        for needle in self.lower_literals:
+            if needle in low:
+                return True
+        return bool(
+            (self.pattern is not None and self.pattern.search(text))
+            or (self.lower_pattern is not None and self.lower_pattern.search(low))
+        )
+
+
+def _search_at(pattern: re.Pattern[str], text: str, at: int) -> int:
+    m = pattern.search(text, at)
+    return m.start() if m else -1
+
+
+class _LineIndex:
+    """Line starts of a text, to turn a position into a line number."""
+
+    def __init__(self, lines: list[str]) -> None:
+        self.starts = list(itertools.accumulate(map(len, lines), lambda total, n: total + n + 1, initial=0))
+
+    def mark(self, find: Callable[[int], int], marked: set[int]) -> None:
+        at = find(0)
+        while at >= 0:
+            i = bisect.bisect_right(self.starts, at) - 1
+            marked.add(i)
+            at = find(self.starts[i + 1]) if i + 1 < len(self.starts) - 1 else -1  # on to the next line
+
+
+# A keyword, an identifier's tail, closing quotes, and an assignment. Bounded and
+# possessive ({0,80}+ never gives back), so linear on any text, long identifiers too.
+_ASSIGNMENT_GATE = re.compile(
+    r"""(?:pass|pwd|pw|secret|token|key|credential|auth|contrase)[\w.\-]{0,80}+(?:\\?["'`]|[\]*)]){0,3}[ \t]{0,8}"""
+    r"""(?:[:=!]|[ \t](?:is|was)[ \t])"""
 )
-# key = value / "key": "value" where the key names a secret
-_ASSIGNMENT = re.compile(
+
+
+# The IBM, Cloudant and SoftLayer plugins want a keyword, an assignment (or spaces) and
+# a value of 24+ token characters.
+_LONG_VALUE_GATE = re.compile(
+    r"""(?:key|pwd|pw|pass|token|secret)[\w.\-]{0,80}+["'\]]{0,2}[ \t]{0,8}(?:=>|:=|::|[:=]|[ \t])[ \t]{0,8}["']?[\w\-]{24}"""
+)
+
+
+# --- detect-secrets plugins --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Plugin:
+    target: str  # "module:Class" under detect_secrets.plugins, imported on first use
+    kind: str
+    gate: _Gate
+    kind_of: Callable[[str], str] | None = None  # a kind that depends on the value found
+
+
+_AWS_PREFIXES = ("A3T", "ABIA", "ACCA", "AKIA", "ASIA")
+_PLUGINS: tuple[_Plugin, ...] = (
+    _Plugin(
+        "aws:AWSKeyDetector", "aws-access-key", _Gate(_AWS_PREFIXES, ("aws",)),
+        kind_of=lambda v: "aws-access-key" if v.startswith(_AWS_PREFIXES) else "aws-secret-key",
+    ),  # fmt: skip
+    _Plugin("github_token:GitHubTokenDetector", "github-token", _Gate(("ghp_", "gho_", "ghu_", "ghs_", "ghr_"))),
+    _Plugin(
+        "gitlab_token:GitLabTokenDetector", "gitlab-token",
+        _Gate(("glpat-", "gldt-", "glft-", "glsoat-", "glrt-", "GR1348941", "glcbt-", "glimt-", "glptt-", "glagent-", "gloas-")),
+    ),  # fmt: skip
+    # The plugin's regex backtracks over a run of "eyJ" without a dot (quadratic in the
+    # window); a JWT always has a dot, so a window without one is skipped.
+    _Plugin("jwt:JwtTokenDetector", "jwt", _Gate(("eyJ",), requires=".")),
+    _Plugin(
+        "slack:SlackDetector", "slack-token", _Gate(lower_literals=("xox", "hooks.slack.com")),
+        kind_of=lambda v: "slack-webhook" if v.lower().startswith("https://") else "slack-token",
+    ),  # fmt: skip
+    _Plugin("stripe:StripeDetector", "stripe-key", _Gate(("k_live_",))),
+    _Plugin("twilio:TwilioKeyDetector", "twilio-key", _Gate(pattern=re.compile(r"(?:AC|SK)[a-z0-9]{32}"))),
+    _Plugin("openai:OpenAIDetector", "openai-key", _Gate(("T3BlbkFJ",))),
+    _Plugin("sendgrid:SendGridDetector", "sendgrid-key", _Gate(pattern=re.compile(r"SG\.[\w-]{22}\."))),
+    _Plugin("discord:DiscordBotTokenDetector", "discord-token", _Gate(pattern=re.compile(r"\.[\w-]{6}\.[\w-]{27}"))),
+    _Plugin("telegram_token:TelegramBotTokenDetector", "telegram-token", _Gate(pattern=re.compile(r":[\w-]{35}"))),
+    _Plugin("npm:NpmDetector", "npm-token", _Gate(("_authToken",))),
+    _Plugin("pypi_token:PypiTokenDetector", "pypi-token", _Gate(("pypi-Ag",))),
+    _Plugin("azure_storage_key:AzureStorageKeyDetector", "azure-storage-key", _Gate(("AccountKey=",))),
+    _Plugin("mailchimp:MailchimpDetector", "mailchimp-key", _Gate(pattern=re.compile(r"-us\d"))),
+    _Plugin("artifactory:ArtifactoryDetector", "artifactory-token", _Gate(("AKC",), pattern=re.compile(r"AP[\dA-F][a-zA-Z0-9]{8}"))),
+    _Plugin("square_oauth:SquareOAuthDetector", "square-secret", _Gate(("sq0csp-",))),
+    _Plugin("ibm_cloud_iam:IbmCloudIamDetector", "ibm-cloud-key", _Gate(lower_pattern=_LONG_VALUE_GATE)),
+    _Plugin("ibm_cos_hmac:IbmCosHmacDetector", "ibm-cos-key", _Gate(lower_pattern=_LONG_VALUE_GATE)),
+    _Plugin("cloudant:CloudantDetector", "cloudant-key", _Gate(lower_literals=("cloudant.com",), lower_pattern=_LONG_VALUE_GATE)),
+    _Plugin("softlayer:SoftlayerDetector", "softlayer-key", _Gate(lower_literals=("softlayer.com",), lower_pattern=_LONG_VALUE_GATE)),
+)
+
+
+@functools.cache
+def _plugin_instance(target: str) -> Any:
+    # Imported on first need: detect-secrets pulls in `requests` (~0.7 s), which a
+    # config load or a note without any candidate line should not pay for.
+    module, cls = target.split(":")
+    return getattr(importlib.import_module(f"detect_secrets.plugins.{module}"), cls)()
+
+
+def _plugin_spans(plugin: _Plugin, window: str) -> Iterator[tuple[int, int, str]]:
+    """(start, end, value) of each secret the plugin finds in the window."""
+    detector = _plugin_instance(plugin.target)
+    # analyze_string yields values, not places, and for a regex with a group it yields
+    # the group, which for some plugins is only the prefix (GitHub's "ghp"). So the
+    # plugin's own regexes say where, and its analyze_string confirms (JWT checks the
+    # token decodes).
+    for regex in detector.denylist:
+        for m in regex.finditer(window):
+            group = next((g for g in range(1, (m.lastindex or 0) + 1) if len(m.group(g) or "") >= 8), 0)
+            start = m.start(group)
+            value = m.group(group)
+            # Some matches carry delimiters (Artifactory), the key name (Azure's
+            # "AccountKey=") or the rest of the line (npm's ".+").
+            stripped = value.lstrip(" \t\"'=:")
+            if stripped.startswith("AccountKey="):
+                stripped = stripped[len("AccountKey=") :]
+            start += len(value) - len(stripped)
+            token = _TOKEN_END.split(stripped, maxsplit=1)[0]
+            if len(token) >= 8 and any(True for _ in detector.analyze_string(m.group(0))):
+                yield start, start + len(token), token
+
+
+# --- own token shapes ---------------------------------------------------------------------
+
+
+def _mixed(value: str) -> bool:
+    """Random-looking: letters and digits, and a long unbroken alphanumeric run."""
+    has_digit = any(c.isdigit() for c in value)
+    has_alpha = any(c.isalpha() for c in value)
+    longest = max((len(r) for r in re.findall(r"[A-Za-z0-9]+", value)), default=0)
+    return has_digit and has_alpha and longest >= 12
+
+
+@dataclass(frozen=True)
+class _Shape:
+    kind: str
+    pattern: re.Pattern[str]
+    needles: tuple[str, ...]  # the gate: literals, one of which every match holds
+    check: Callable[[str], bool] | None = None  # a further test of the matched value
+
+    @property
+    def gate(self) -> _Gate:
+        return _Gate(self.needles)
+
+
+_SHAPES: tuple[_Shape, ...] = (
+    # Anthropic and Google keys: no detect-secrets plugin exists for them.
+    _Shape("anthropic-key", re.compile(r"sk-ant-[A-Za-z0-9_\-]{20,}"), ("sk-ant-",)),
+    _Shape("google-api-key", re.compile(r"AIza[0-9A-Za-z_\-]{35}"), ("AIza",)),
+    _Shape("google-oauth-secret", re.compile(r"GOCSPX-[A-Za-z0-9_\-]{20,}"), ("GOCSPX-",)),
+    _Shape("google-oauth-token", re.compile(r"ya29\.[0-9A-Za-z_\-]{20,}"), ("ya29.",)),
+    # OpenAIDetector only knows legacy keys carrying "T3BlbkFJ"; project, service-account
+    # and admin keys (sk-proj-, sk-svcacct-, sk-admin-) do not carry it. The value must
+    # look random, so prose like "sk-learn-compatible-transformers" stays.
+    _Shape("openai-key", re.compile(r"(?<![A-Za-z0-9_\-])sk-[A-Za-z0-9_\-]{20,}"), ("sk-",), _mixed),
+    # GitHubTokenDetector covers ghp_/gho_/ghu_/ghs_/ghr_ but not fine-grained tokens.
+    _Shape("github-token", re.compile(r"github_pat_[A-Za-z0-9_]{40,}"), ("github_pat_",)),
+    # NpmDetector only finds tokens on an .npmrc "_authToken=" line.
+    _Shape("npm-token", re.compile(r"(?<![A-Za-z0-9])npm_[A-Za-z0-9]{36}"), ("npm_",)),
+    # PypiTokenDetector wants 70+ characters after the prefix; shorter ones exist.
+    _Shape("pypi-token", re.compile(r"pypi-AgE[A-Za-z0-9_\-]{40,}"), ("pypi-AgE",)),
+    # StripeDetector only knows live keys; test-mode and webhook secrets still open an account.
+    _Shape("stripe-key", re.compile(r"(?<![A-Za-z0-9])(?:[sr]k_test_[A-Za-z0-9]{20,}|whsec_[A-Za-z0-9]{24,})"), ("k_test_", "whsec_")),
+    # Slack app-level and config tokens (xapp-, xoxe.) fall outside SlackDetector's xox?- shape.
+    _Shape("slack-token", re.compile(r"xapp-\d-[A-Za-z0-9\-]{20,}|xoxe\.xox[a-z]-[A-Za-z0-9\-]{20,}"), ("xapp-", "xoxe.")),
+    # ArtifactoryDetector wants whitespace or a quote on both sides, so a key before a
+    # comma or semicolon (a sentence, a CSV row) is missed.
+    _Shape("artifactory-token", re.compile(r"(?<![A-Za-z0-9])AKCp[A-Za-z0-9]{60,}"), ("AKCp",)),
+    # Hugging Face, DigitalOcean, Shopify, Databricks: common in agent notes, no plugin.
+    _Shape("huggingface-token", re.compile(r"(?<![A-Za-z0-9_])hf_[A-Za-z0-9]{30,}"), ("hf_",)),
+    _Shape("digitalocean-token", re.compile(r"do[opr]_v1_[a-f0-9]{64}"), ("_v1_",)),
+    _Shape("shopify-token", re.compile(r"shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}"), ("shp",)),
+    _Shape("databricks-token", re.compile(r"dapi[a-f0-9]{32}"), ("dapi",)),
+)
+
+# "Bearer <token>" anywhere, and the value of an Authorization header (Basic, Token,
+# Digest or bare). No plugin covers either. A bare "bearer" needs a random-looking
+# token, so prose ("bearer authentication") stays.
+_BEARER = re.compile(r"(?i)(?<![A-Za-z])bearer[ \t]+([A-Za-z0-9._~+/\-]{8,}=*)")
+_AUTH_HEADER = re.compile(
+    r"""(?i)authorization\\?["']?[ \t]*[:=][ \t]*\\?["']?(?:(?:basic|token|digest|apikey|bearer)[ \t]+)?([A-Za-z0-9._~+/\-]{8,}=*)"""
+)
+
+# URL credentials: scheme://[user]:password@host. Own pattern: BasicAuthDetector needs a
+# user (misses redis://:pw@host), stops at sub-delimiters a password may hold (!$&*+,;=)
+# and returns only the password, which cannot be placed back in the line when short.
+# The password runs to the last "@" of the authority; user and host stay visible.
+_URL_CREDENTIALS = re.compile(
+    r"""(?<![A-Za-z0-9+.\-])[A-Za-z][A-Za-z0-9+.\-]{0,30}://[^\s:/?#@\[\]"'<>\\]*:([^\s/?#"'<>\\]+)@(?=[A-Za-z0-9\[])"""
+)
+
+
+# --- key/value assignments ----------------------------------------------------------------
+#
+# Own code in place of KeywordDetector. That plugin picks its regexes by file extension
+# (analyze_line), and none of them suits notes: the config-file set takes the whole rest
+# of the line as the value ("Reset your password: see the wiki" -> "see the wiki"),
+# matches inside words ("secretary: Ana"), knows no "token", and reports only the first
+# hit per regex, without a position. Its keyword list is the starting vocabulary here.
+#
+# A key is an identifier (letters, digits, _ . -) that holds a keyword; it is split into
+# words (snake, kebab, dotted, camelCase) and counts when a word, or two adjacent words
+# joined, is a secret word, and no word marks it as metadata (password_file, max_tokens).
+
+# An identifier of at most 64 characters holding a keyword (without leading or trailing
+# "." and "-"), then the assignment: closing quotes, brackets or markdown emphasis, the
+# operator, emphasis again. The lookbehind starts it at an identifier's start and the
+# bounds keep it linear on long runs of letters.
+_KEYED_IDENT = re.compile(
+    r"""(?<![\w.\-])[.\-]{0,8}(?P<ident>[\w.\-]{0,64}?(?:pass|pwd|pw|secret|token|key|credential|auth|contrase)(?:[\w.\-]{0,64}\w)?)[.\-]{0,8}(?![\w.\-])"""
+    r"""(?:\\?["'`]|[\]*_)]){0,3}[ \t]{0,8}(?P<sep>:=|=>|={1,3}|!==?|::|:(?![/\\]{2})|[ \t](?:is|was)[ \t])[ \t]{0,8}(?:[*_]{1,3}[ \t]{0,4})?""",
+    re.I,
+)
+_WORDS = re.compile(r"[A-ZÑ]?[a-zñ]+|[A-ZÑ]+(?![a-zñ])|[0-9]+")
+
+_PASSWORD_WORDS = frozenset({"password", "passwd", "pwd", "passphrase", "passcode", "contraseña", "contrasena"})
+_SECRET_WORDS = _PASSWORD_WORDS | frozenset({"secret", "token", "credential", "credentials", "apikey", "privatekey"})
+# Secret only in a code-like key (auth: on a docker config line, DB_PASS=), since as
+# prose words they label ordinary things ("Pass: the salt", "Auth: Google").
+_WEAK_WORDS = frozenset({"pass", "pw", "auth"})
+_KEY_PAIRS = frozenset(
+    {
+        "apikey", "authkey", "accesskey", "privatekey", "secretkey", "servicekey", "accountkey", "clientkey",
+        "masterkey", "signingkey", "encryptionkey", "dbkey", "databasekey", "appkey", "sessionkey", "dbpass",
+        "databasepass", "keypass", "userpass", "authtoken",
+    }
+)  # fmt: skip
+_METADATA_WORDS = frozenset(
+    {
+        "type", "types", "count", "counts", "length", "len", "size", "limit", "limits", "max", "min", "policy",
+        "policies", "hint", "hints", "file", "files", "path", "paths", "dir", "name", "names", "url", "uri", "urls",
+        "endpoint", "endpoints", "ttl", "expiry", "expires", "expiration", "expire", "expired", "timeout", "env",
+        "var", "field", "fields", "header", "prompt", "reset", "required", "enabled", "enable", "disabled", "rotation",
+        "manager", "store", "version", "ref", "arn", "budget", "budgets", "usage", "tokens", "encoding", "format",
+        "regex", "pattern", "mode", "method", "scheme", "provider", "source", "location", "label", "description",
+        "placeholder", "example", "strength", "changed", "updated", "created", "age", "last", "santa", "sauce",
+        "ingredient", "vault", "rotate", "question", "questions", "input",
+    }
+)  # fmt: skip
+
+# The value: quoted (CSV-doubled, JSON-escaped, plain, single, backtick) or a bare word.
+# A bare word stops at , ; & | < > and quotes, which end it in CSV rows, query strings
+# and markup far more often than they belong to a password.
+_VALUE = re.compile(
+    r"""""(?P<v0>[^"\r\n]{1,512})""|\\"(?P<v1>[^"\\\r\n]{1,512})\\"|"(?P<v2>[^"\r\n]{1,512})"|'(?P<v3>[^'\r\n]{1,512})'"""
+    r"""|`(?P<v4>[^`\r\n]{1,512})`|(?P<v5>[^\s"'`,;\\<>&|]{1,512})"""
+)
+# No nested quantifiers in these two: they run on text of any shape.
+_LINE_START = re.compile(r"""[ \t\-*+>#0-9.)"'{\[,(\\$]*(?:(?:export|set|setx)[ \t]+)?[ \t"'{\[]*""", re.I)
+_LINE_END = re.compile(r"""[ \t.,;:!)\]}]*(?:$|\\n|\\r)""")
+_NOT_A_SECRET = re.compile(
     r"""(?ix)
-    (\b[\w.-]*(?:api[_-]?key|secret|password|passwd|access[_-]?token|auth[_-]?token)["']?\s*[:=]\s*["']?)
-    ([^\s"',;]{8,})
+    \[REDACTED:                  # already redacted
+    | [$%]\{?[A-Za-z_(]          # $VAR ${VAR} %VAR% $(cmd): a reference, not the secret
+    | \{\{ | <[^>]*>$ | \.\.\.$ | …$
+    | [*xX.\-_#•]+$              # masked: ****, xxxx
+    | (?:none|null|nil|true|false|yes|no|on|off|undefined|required|optional|string|str|bytes|int|redacted|hidden|empty
+       |unset|tbd|todo|n/a|na|secret|password|token|see|here|below|above|the|a|an|is|to|of|and|or|in|for|from)$
+    | (?:/|\./|\.\./|~/|[A-Za-z]:\\)  # a file path
+    | (?:https?|file)://           # a URL (its credentials are the URL detector's)
+    | (?-i:[A-Z][A-Z0-9]*_[A-Z0-9_]+$)  # the name of an environment variable
+    | [\w.]*\(                     # a call (os.getenv(...)) or a parenthetical note
+    | process\.env | os\.environ | env\.
     """
 )
+# What a URL's password may be without being one: a marker, a reference, a placeholder.
+_URL_PLACEHOLDER = re.compile(r"\[REDACTED:|[$%]\{?[A-Za-z_(]|\{\{|<[^>]*>$|[*xX.]+$")
+
+
+def _key_words(ident: str) -> list[str]:
+    return [w.lower() for w in _WORDS.findall(ident)]
+
+
+@functools.lru_cache(maxsize=4096)
+def _key_kind(ident: str, quoted: bool) -> tuple[str | None, bool]:
+    """The kind of secret a key names ('password', 'token', 'api-key', 'secret') or None, and whether it is code-like."""
+    code_like = _code_like(ident, quoted)
+    return _secret_key_kind(ident, code_like), code_like
+
+
+def _secret_key_kind(ident: str, code_like: bool) -> str | None:
+    words = _key_words(ident)
+    if not words or any(w in _METADATA_WORDS for w in words):
+        return None
+    found: set[str] = set()
+    for i, word in enumerate(words):
+        if word in _SECRET_WORDS or (code_like and word in _WEAK_WORDS):
+            found.add(word)
+        if word in _KEY_PAIRS:  # written as one word: apikey, ACCOUNTKEY
+            found.add(word)
+        if i + 1 < len(words) and word + words[i + 1] in _KEY_PAIRS:
+            found.add(word + words[i + 1])
+    if not found:
+        return None
+    if found & (_PASSWORD_WORDS | {"pass", "pw", "dbpass", "databasepass", "keypass", "userpass"}):
+        return "password"
+    if found & {"token", "authtoken"}:
+        return "token"
+    if found & {"apikey"}:
+        return "api-key"
+    return "secret"
+
+
+def _code_like(ident: str, quoted: bool) -> bool:
+    # A key written as code (quoted, snake/kebab/dotted, camelCase, ALL CAPS) is an
+    # assignment; a plain capitalised word before a colon may be prose.
+    return quoted or any(c in ident for c in "_-.") or bool(re.search(r"[a-z][A-Z]", ident)) or (len(ident) > 2 and ident.isupper())
+
+
+def _strong(value: str) -> bool:
+    """A value that looks like a password rather than a word: letters and digits, or mixed case and symbols."""
+    if len(value) < 6:
+        return False
+    digit = any(c.isdigit() for c in value)
+    alpha = any(c.isalpha() for c in value)
+    upper = any(c.isupper() for c in value)
+    lower = any(c.islower() for c in value)
+    symbol = any(not c.isalnum() for c in value)
+    return (digit and alpha) or (len(value) >= 10 and upper and lower and (symbol or digit)) or (len(value) >= 24 and upper and lower)
+
+
+def _assignments(window_: _Window) -> _Found:
+    """Spans of values assigned to secret-named keys: ``DB_PASSWORD=x``, ``"api_key": "x"``, ``password: x``."""
+    window = window_.text
+    taken = 0  # a key inside a value already found is part of that value
+    for hit in _KEYED_IDENT.finditer(window):
+        if hit.start() < taken:
+            continue
+        start, end = hit.span("ident")
+        ident = window[start:end]
+        kind, code_like = _key_kind(ident, start > 0 and window[start - 1] in "\"'`")
+        if kind is None:
+            continue
+        if window.startswith(("[REDACTED:", '"[REDACTED:'), hit.end()):
+            continue  # already redacted: the common case on a second pass
+        found = _VALUE.match(window, hit.end())
+        if found is None:
+            continue
+        group = found.lastgroup or "v5"
+        raw = found.group(group)
+        quoted = group != "v5"
+        # An unquoted value ends a sentence or a bracket more often than it holds one.
+        value = raw.strip() if quoted else raw.rstrip(".,:!?)]}")
+        if not value or _NOT_A_SECRET.match(value):
+            continue
+        v_start = found.start(group) + raw.find(value)
+        v_end = v_start + len(value)
+        sep = hit.group("sep").strip()
+        if sep in ("is", "was"):
+            ok = " " not in value and _strong(value)
+        elif sep not in (":", "::"):
+            ok = len(value) >= 3 and (quoted or " " not in value)
+        elif quoted:
+            ok = len(value) >= 3 and (code_like or " " not in value)
+        else:
+            # A plain word after "Key:" is a password only on a line of its own
+            # ("password: sunshine"), not in a sentence ("Reset your password: see below").
+            own_line = (
+                window_.starts_line and start <= 64 and _LINE_START.fullmatch(window, 0, start) is not None
+                and (_LINE_END.match(window, v_end) is not None if window_.ends_line else False)
+            )  # fmt: skip
+            ok = len(value) >= 3 and (code_like or _strong(value) or own_line)
+        if ok and kind != "password" and value.isdigit() and len(value) < 8:
+            ok = False  # a count, a port, a year: not a token
+        if ok:
+            taken = v_end
+            yield v_start, v_end, kind
+
+
+# --- scanning -----------------------------------------------------------------------------
+
+
+class _Span(NamedTuple):
+    start: int
+    end: int
+    rank: int  # lower wins when spans overlap
+    kind: str
+
+
+def _widen(line: str, start: int, end: int) -> tuple[int, int]:
+    tail = _TOKEN_RUN.match(line, end, min(len(line), end + _EXTEND_MAX))
+    head = _TOKEN_RUN.match(line[max(0, start - _EXTEND_MAX) : start][::-1])
+    return start - (head.end() if head else 0), (tail.end() if tail else end)
+
+
+class _Window(NamedTuple):
+    """A line, or a window of a long one."""
+
+    text: str
+    low: str  # text.lower()
+    starts_line: bool
+    ends_line: bool
+
+
+_Found = Iterator[tuple[int, int, str]]  # (start, end, kind) within the window
+
+
+@dataclass(frozen=True)
+class _Detector:
+    gate: _Gate
+    find: Callable[[_Window], _Found]
+    widen: bool  # a token: widen the span over adjacent token characters
+
+
+def _plugin_finder(plugin: _Plugin) -> Callable[[_Window], _Found]:
+    def find(window: _Window) -> _Found:
+        for start, end, value in _plugin_spans(plugin, window.text):
+            yield start, end, plugin.kind_of(value) if plugin.kind_of else plugin.kind
+
+    return find
+
+
+def _shape_finder(shape: _Shape) -> Callable[[_Window], _Found]:
+    def find(window: _Window) -> _Found:
+        for m in shape.pattern.finditer(window.text):
+            if shape.check is None or shape.check(m.group(0)):
+                yield m.start(), m.end(), shape.kind
+
+    return find
+
+
+def _find_headers(window: _Window) -> _Found:
+    for m in _AUTH_HEADER.finditer(window.text):
+        yield m.start(1), m.end(1), "token"
+    for m in _BEARER.finditer(window.text):
+        if _mixed(m.group(1)) or _strong(m.group(1)):
+            yield m.start(1), m.end(1), "token"
+
+
+def _find_url_credentials(window: _Window) -> _Found:
+    for m in _URL_CREDENTIALS.finditer(window.text):
+        if not _URL_PLACEHOLDER.match(m.group(1)):
+            yield m.start(1), m.end(1), "password"
+
+
+# In order of precedence: where two find overlapping text, the first one's kind is kept.
+_DETECTORS: tuple[_Detector, ...] = (
+    *(_Detector(p.gate, _plugin_finder(p), True) for p in _PLUGINS),
+    *(_Detector(s.gate, _shape_finder(s), True) for s in _SHAPES),
+    _Detector(_Gate(lower_literals=("bearer", "authorization")), _find_headers, False),
+    _Detector(_Gate(pattern=re.compile(r"://[^\s/?#@]*:[^\s/?#]*@")), _find_url_credentials, False),
+    _Detector(_Gate(lower_pattern=_ASSIGNMENT_GATE), _assignments, False),
+)
+# Each literal and pattern of all the gates, once, for marking the lines to scan.
+_GATE_LITERALS = tuple(dict.fromkeys(n for d in _DETECTORS for n in d.gate.literals))
+_GATE_LOWER_LITERALS = tuple(dict.fromkeys(n for d in _DETECTORS for n in d.gate.lower_literals))
+_GATE_PATTERNS = tuple(dict.fromkeys(d.gate.pattern for d in _DETECTORS if d.gate.pattern is not None))
+_GATE_LOWER_PATTERNS = tuple(dict.fromkeys(d.gate.lower_pattern for d in _DETECTORS if d.gate.lower_pattern is not None))
+
+
+def _scan(line: str, offset: int, window: _Window) -> Iterator[_Span]:
+    for rank, detector in enumerate(_DETECTORS):
+        if not detector.gate.passes(window.text, window.low):
+            continue
+        for start, end, kind in detector.find(window):
+            start, end = start + offset, end + offset
+            if detector.widen:
+                start, end = _widen(line, start, end)
+            yield _Span(start, end, rank, kind)
+
+
+def _windows(line: str) -> Iterator[tuple[int, _Window]]:
+    if len(line) <= _WINDOW:
+        yield 0, _Window(line, line.lower(), True, True)
+        return
+    step = _WINDOW - _OVERLAP
+    for at in range(0, len(line) - _OVERLAP, step):
+        text = line[at : at + _WINDOW]
+        yield at, _Window(text, text.lower(), at == 0, at + _WINDOW >= len(line))
+
+
+def _overlaps_marker(span: _Span, marker_starts: list[int], marker_ends: list[int]) -> bool:
+    # Markers are sorted and disjoint: only the last one starting before the span's end can overlap it.
+    i = bisect.bisect_left(marker_starts, span.end) - 1
+    return i >= 0 and marker_ends[i] > span.start
+
+
+def _redact_line(line: str) -> tuple[str, int]:
+    spans = [s for at, window in _windows(line) for s in _scan(line, at, window)]
+    if not spans:
+        return line, 0
+    if "[REDACTED:" in line:
+        # A marker is never part of a secret: drop what overlaps one (idempotence).
+        markers = [m.span() for m in _MARKER.finditer(line)]
+        starts, ends = [m[0] for m in markers], [m[1] for m in markers]
+        spans = [s for s in spans if not _overlaps_marker(s, starts, ends)]
+    spans.sort(key=lambda s: (s.start, -s.end))
+    merged: list[_Span] = []
+    for span in spans:
+        if merged and span.start < merged[-1].end:
+            last = merged[-1]
+            best = last if last.rank <= span.rank else span
+            merged[-1] = _Span(last.start, max(last.end, span.end), best.rank, best.kind)
+        else:
+            merged.append(span)
+    out: list[str] = []
+    at = 0
+    for span in merged:
+        out.append(line[at : span.start])
+        out.append(_marker(span.kind))
+        out.extend(c for c in line[span.start : span.end] if c in _LINE_BREAKS)
+        at = span.end
+    out.append(line[at:])
+    return "".join(out), len(merged)
+
+
+# --- private key blocks (whole text) ------------------------------------------------------
+#
+# Own code: PrivateKeyDetector flags the BEGIN line only (it scans line by line), while
+# the secret is the body below it, and a pasted key often lacks its END line. The block
+# runs from BEGIN over the body (base64 lines and PEM/PGP headers) through END if
+# present, or to where the body stops (a line of prose, or the end of the text). The
+# body may be split by real line breaks, escaped "\n" (a JSON string) or spaces (text
+# with whitespace collapsed, as XML and OCR render it).
+
+_PEM_BEGIN = re.compile(
+    r"-{3,5}[ \t]?BEGIN[ \t]+(?:[A-Z0-9]+[ \t]+){0,4}PRIVATE[ \t]+KEY(?:[ \t]+BLOCK)?[ \t]?-{3,5}|Private-Lines:[ \t]*\d+", re.I
+)  # dashes bounded: linear on a run of them, and one marker never takes the next one's
+_PEM_END = re.compile(r"-{3,5}[ \t]?END[ \t]+[A-Z0-9 \t]{0,40}-{3,5}", re.I)
+_PEM_SEP = re.compile(r"(?:[ \t]|\r\n|\n|\r|\\r\\n|\\n|\\r)+")
+_PEM_HEADER = re.compile(r"(?:Proc-Type|DEK-Info|Comment|Version|Hash|Charset|Private-MAC|Encryption):[^\n\r\\]{0,200}", re.I)
+_PEM_B64 = re.compile(r"[A-Za-z0-9+/=]+")
+_PEM_TOKEN_ENDS = frozenset(";,.)\"'<|")  # what may follow the last body word in a CSV row, a sentence, markup
+# Fast path over the bulk of a body (the same rules as _pem_block_end's loop, one regex
+# call for a whole run instead of a few per word): whole lines of base64, and words that
+# look encoded followed by a separator. Possessive, so linear on any text.
+_NL = r"(?:\r\n|\n|\r|\\r\\n|\\n|\\r)"
+_PEM_RUN = re.compile(
+    rf"""(?:[ \t]*{_NL}[ \t]*[A-Za-z0-9+/=]++[ \t]*+(?={_NL}|-{{3,5}}[ \t]?END|$)"""
+    rf"""|(?:[ \t]|{_NL})++(?:[A-Za-z0-9+/=]{{20,}}+|[A-Za-z]*+[0-9+/=][A-Za-z0-9+/=]*+)(?=[ \t\r\n\\;,.)"'<|]|-{{3,5}}[ \t]?END|$))++""",
+    re.I,
+)
+
+
+def _is_body_token(token: str, whole_line: bool) -> bool:
+    # A whole line of base64 is body; a space-separated word must look encoded, so the
+    # prose after a key that lost its line breaks is kept.
+    return whole_line or len(token) >= 20 or any(c.isdigit() or c in "+/=" for c in token)
+
+
+def _has_break(sep: str) -> bool:
+    # A real line break, or an escaped one ("\\n" inside a JSON string).
+    return any(c in sep for c in "\n\r") or "\\n" in sep or "\\r" in sep
+
+
+def _pem_block_end(text: str, pos: int) -> int:
+    """Where the key block whose BEGIN marker ends at ``pos`` ends (``pos`` when it has no body)."""
+    end = pos
+    while end < len(text):
+        run = _PEM_RUN.match(text, end)
+        if run is not None and run.end() > end:
+            end = run.end()
+            continue
+        sep = _PEM_SEP.match(text, end)
+        at = sep.end() if sep else end
+        closing = _PEM_END.match(text, at)
+        if sep is None and closing is None:
+            return end  # body lines and words are separated; "KEY-----abc" is not a body
+        if closing:
+            return closing.end() if end > pos else pos
+        header = _PEM_HEADER.match(text, at)
+        if header:
+            end = header.end()
+            continue
+        token = _PEM_B64.match(text, at)
+        if token is None:
+            return end
+        after = _PEM_SEP.match(text, token.end())
+        next_at = after.end() if after else token.end()
+        if after is None and next_at < len(text) and text[next_at] not in _PEM_TOKEN_ENDS and not _PEM_END.match(text, next_at):
+            return end  # the word goes on with other characters: prose or an identifier, not body
+        newline_before = sep is not None and _has_break(sep.group(0))
+        newline_after = (
+            next_at >= len(text) or (after is not None and _has_break(after.group(0))) or _PEM_END.match(text, next_at) is not None
+        )
+        if not _is_body_token(token.group(0), newline_before and newline_after):
+            return end
+        end = token.end()
+    return end
+
+
+def _pem_begins(text: str, low: str) -> Iterator[re.Match[str]]:
+    # The case-insensitive BEGIN pattern is slow to search for (~0.1 s/MB), so it is
+    # only tried around each "private" of the lower-cased text.
+    if len(low) != len(text):
+        yield from _PEM_BEGIN.finditer(text)
+        return
+    done = 0
+    at = low.find("private")
+    while at >= 0:
+        near = low.startswith("private-lines", at) or low.find("begin", max(done, at - 64), at) >= 0
+        for m in _PEM_BEGIN.finditer(text, max(done, at - 64), at + 64) if near else ():
+            if m.start() <= at < m.end():
+                yield m
+                done = m.end()
+                break
+        at = low.find("private", max(at + 1, done))
+
+
+def _redact_private_keys(text: str, low: str) -> tuple[str, int]:
+    out: list[str] = []
+    at = 0
+    count = 0
+    for m in _pem_begins(text, low):
+        if m.start() < at:
+            continue
+        end = _pem_block_end(text, m.end())
+        if end == m.end():
+            continue  # a BEGIN line alone (quoted in prose): nothing secret to remove
+        out.append(text[at : m.start()])
+        out.append(_marker("private-key"))
+        out.extend(c for c in text[m.start() : end] if c in _LINE_BREAKS)
+        at = end
+        count += 1
+    out.append(text[at:])
+    return "".join(out), count
+
+
+# --- public API ---------------------------------------------------------------------------
 
 
 def redact(text: str) -> tuple[str, int]:
     """The text with secrets replaced by ``[REDACTED:kind]``, and how many were replaced."""
-    count = 0
-    for kind, pattern in _PATTERNS:
-        # Keep the line count so locators (line ranges) stay true after redaction.
-        text, n = pattern.subn(lambda m, k=kind: f"[REDACTED:{k}]" + "\n" * m.group(0).count("\n"), text)
-        count += n
+    if not text:
+        return text, 0
+    low = text.lower()
+    text, count = _redact_private_keys(text, low)
+    if count:
+        low = text.lower()
+    lines = text.split("\n")
+    for i in sorted(_lines_to_scan(text, low, lines)):
+        line = lines[i]
+        for _ in range(_MAX_PASSES):
+            line, n = _redact_line(line)
+            if n == 0:
+                break
+            count += n
+            lines[i] = line
+    return "\n".join(lines), count
 
-    def _assign(m: re.Match[str]) -> str:
-        if m.group(2).startswith("[REDACTED"):
-            return m.group(0)
-        return f"{m.group(1)}[REDACTED:secret]"
 
-    text, n = _ASSIGNMENT.subn(_assign, text)
-    return text, count + n
+def _lines_to_scan(text: str, low: str, lines: list[str]) -> set[int]:
+    """The lines where some detector's gate passes (each literal and pattern searched once)."""
+    index = _LineIndex(lines)
+    # Lower-casing can change a line's length (U+0130 becomes two characters), never its line count.
+    low_index = index if len(low) == len(text) else _LineIndex(low.split("\n"))
+    marked: set[int] = set()
+    for needle in _GATE_LITERALS:
+        index.mark(lambda at, n=needle: text.find(n, at), marked)
+    for needle in _GATE_LOWER_LITERALS:
+        low_index.mark(lambda at, n=needle: low.find(n, at), marked)
+    for pattern in _GATE_PATTERNS:
+        index.mark(lambda at, p=pattern: _search_at(p, text, at), marked)
+    for pattern in _GATE_LOWER_PATTERNS:
+        low_index.mark(lambda at, p=pattern: _search_at(p, low, at), marked)
+    return marked
+
+
+_RANDOM_RUN = re.compile(r"[A-Za-z0-9]{20,}")
+
+
+def looks_like_secret(value: str) -> bool:
+    """Whether one value (a config field, say) is, or holds, an API key, token, password or private key.
+
+    Beyond what ``redact`` finds, an unbroken run of 20+ letters and digits mixing upper
+    case, lower case and digits counts: model names, paths and hashes do not look like
+    that, keys without a known prefix (Mistral, Voyage) do. This is for single values;
+    on prose it would also hit ids and hashes.
+    """
+    if not isinstance(value, str) or not value.strip():
+        return False
+    if redact(value)[1]:
+        return True
+    for run in _RANDOM_RUN.findall(value):
+        if any(c.isupper() for c in run) and any(c.islower() for c in run) and sum(c.isdigit() for c in run) >= 2:
+            return True
+    return False
