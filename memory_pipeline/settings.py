@@ -28,6 +28,10 @@ DEFAULT_INCLUDE = ("**/*",)
 DEFAULT_EXCLUDE = ("**/.*", "**/.*/**", "**/node_modules/**", "**/__pycache__/**")
 
 _SECRET_KEY_RE = re.compile(r"(api[_-]?key|secret|token|password)$", re.IGNORECASE)
+# A memory_pipeline.yaml is a few KB; a bigger file is a mistake or an attack, and is
+# refused before it is parsed.
+MAX_CONFIG_BYTES = 1024 * 1024
+_NOT_SHOWN = "<value not shown>"
 
 
 @dataclass(frozen=True)
@@ -237,7 +241,7 @@ class Settings:
         for src in self.sources:
             if src.name == name:
                 return src
-        raise ConfigError(f"unknown source {name!r}", key="sources")
+        raise ConfigError(f"unknown source {_shown(name)}", key="sources")
 
 
 # --- loading -----------------------------------------------------------------------------
@@ -253,6 +257,46 @@ def resolve_config_path(explicit: str | os.PathLike[str] | None = None) -> Path:
     return (Path.cwd() / DEFAULT_CONFIG_NAME).resolve()
 
 
+class _AliasRefused(yaml.YAMLError):
+    """The document uses an anchor or alias; carries where, like PyYAML's own errors."""
+
+    def __init__(self, mark: yaml.Mark | None) -> None:
+        super().__init__("the config may not use YAML anchors/aliases")
+        self.problem_mark = mark
+
+
+class _NoAliasLoader(yaml.SafeLoader):
+    """SafeLoader that refuses anchors and aliases.
+
+    Aliases let a few lines stand for billions of nodes ("billion laughs"): PyYAML
+    shares them cheaply, but every walk over the result (validation, error messages)
+    visits each one. A config has no need for them, so the first one stops the load.
+    """
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+            raise _AliasRefused(event.start_mark)
+        return super().compose_node(parent, index)
+
+
+def _read_config(cfg_path: Path) -> str:
+    try:
+        with cfg_path.open("rb") as fh:
+            data = fh.read(MAX_CONFIG_BYTES + 1)  # no more than the cap is ever read
+    except OSError as err:
+        raise ConfigError(f"{cfg_path}: cannot read the config file ({err.strerror or type(err).__name__})", path=str(cfg_path)) from err
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(
+            f"{cfg_path}: the config file is larger than {MAX_CONFIG_BYTES // 1024 // 1024} MiB; a memory_pipeline.yaml is a few KB",
+            path=str(cfg_path),
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{cfg_path}: not UTF-8 text", path=str(cfg_path)) from err
+
+
 def load_settings(path: str | os.PathLike[str] | None = None) -> Settings:
     """Read and validate the YAML file; raises ConfigError with the key at fault."""
     cfg_path = resolve_config_path(path)
@@ -262,16 +306,21 @@ def load_settings(path: str | os.PathLike[str] | None = None) -> Settings:
             path=str(cfg_path),
             hint=f"pass --config FILE or set {CONFIG_ENV_VAR}",
         )
+    text = _read_config(cfg_path)
     try:
-        raw = yaml.safe_load(cfg_path.read_text(encoding="utf-8")) or {}
+        raw = yaml.load(text, Loader=_NoAliasLoader) or {}  # a SafeLoader: builds no arbitrary objects
+    except _AliasRefused as err:
+        mark = err.problem_mark
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        raise ConfigError(f"{cfg_path}: the config may not use YAML anchors/aliases{where}", path=str(cfg_path)) from err
+    except RecursionError as err:
+        raise ConfigError(f"{cfg_path}: not valid YAML: nested too deeply", path=str(cfg_path)) from err
     except yaml.YAMLError as err:
         # Only the position and the problem: the offending line may hold a secret.
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         problem = getattr(err, "problem", None) or "syntax error"
         raise ConfigError(f"{cfg_path}: not valid YAML{where}: {problem}", path=str(cfg_path)) from err
-    except UnicodeDecodeError as err:
-        raise ConfigError(f"{cfg_path}: not UTF-8 text", path=str(cfg_path)) from err
     return settings_from_dict(raw, base_dir=cfg_path.parent, config_path=cfg_path)
 
 
@@ -307,7 +356,7 @@ def settings_from_dict(raw: Any, *, base_dir: Path, config_path: Path | None = N
         if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.-]+", name or ""):
             raise ConfigError(f"{where}: {key}.name must be a word (letters, digits, _ . -)", key=key + ".name", path=where)
         if name in seen:
-            raise ConfigError(f"{where}: source name {name!r} is used twice", key=key + ".name", path=where)
+            raise ConfigError(f"{where}: source name {_shown(name)} is used twice", key=key + ".name", path=where)
         seen.add(name)
         if "path" not in item:
             raise ConfigError(f"{where}: {key}.path is required", key=key + ".path", path=where)
@@ -323,7 +372,7 @@ def settings_from_dict(raw: Any, *, base_dir: Path, config_path: Path | None = N
     provider = raw.get("provider", "auto")
     if provider not in KNOWN_PROVIDERS:
         raise ConfigError(
-            f"{where}: provider must be one of {', '.join(KNOWN_PROVIDERS)}, got {provider!r}", key="provider", path=where
+            f"{where}: provider must be one of {', '.join(KNOWN_PROVIDERS)}, got {_shown(provider)}", key="provider", path=where
         )
     multimodal = _multimodal(raw, where)
     if multimodal.native and multimodal.enabled:
@@ -337,7 +386,7 @@ def settings_from_dict(raw: Any, *, base_dir: Path, config_path: Path | None = N
     fallback = raw.get("fallback")
     if fallback is not None and fallback not in KNOWN_PROVIDERS[1:-1]:
         raise ConfigError(
-            f"{where}: fallback must be one of {', '.join(KNOWN_PROVIDERS[1:-1])}, got {fallback!r}", key="fallback", path=where
+            f"{where}: fallback must be one of {', '.join(KNOWN_PROVIDERS[1:-1])}, got {_shown(fallback)}", key="fallback", path=where
         )
     if fallback is not None and fallback == provider:
         raise ConfigError(f"{where}: fallback is the same provider as provider ({provider})", key="fallback", path=where)
@@ -410,7 +459,7 @@ def _multimodal(raw: dict, where: str) -> MultimodalConfig:
         types = [types]
     if not isinstance(types, list) or any(t not in MEDIA_TYPES for t in types):
         raise ConfigError(
-            f"{where}: multimodal.types must be a list of {', '.join(MEDIA_TYPES)}, got {types!r}", key="multimodal.types", path=where
+            f"{where}: multimodal.types must be a list of {', '.join(MEDIA_TYPES)}, got {_shown(types)}", key="multimodal.types", path=where
         )
     cfg = _section({"multimodal": section}, "multimodal", MultimodalConfig, where)
     cfg = MultimodalConfig(**{**cfg.__dict__, "types": tuple(dict.fromkeys(types))})
@@ -426,7 +475,7 @@ def _multimodal(raw: dict, where: str) -> MultimodalConfig:
 def _check_native(provider: Any, model: Any) -> None:
     # Checked before provider availability: the answer is the same whichever providers this build has.
     if provider != "gemini" or model != NATIVE_MODEL:
-        current = provider if provider != "gemini" else f"gemini ({model or 'its default model'})"
+        current = _shown(provider, quote=False) if provider != "gemini" else f"gemini ({_shown(model, quote=False) if model else 'its default model'})"
         raise ConfigError(
             f"Native multimodal embedding requires {NATIVE_MODEL}. Current provider: {current}",
             key="multimodal.native",
@@ -471,12 +520,12 @@ def _remote(value: Any, where: str) -> RemoteConfig:
 
 def _check_url(url: str, key: str, where: str) -> None:
     if url and not re.match(r"^https?://[^\s/]+", url):
-        raise ConfigError(f"{where}: {key} must be an http(s) URL, got {url!r}", key=key, path=where)
+        raise ConfigError(f"{where}: {key} must be an http(s) URL, got {_shown(url)}", key=key, path=where)
     if url and re.match(r"^https?://[^/]*@", url):
         raise ConfigError(f"{where}: {key} must not carry credentials; use the provider's environment variable", key=key, path=where)
 def _check_query(query: QueryConfig, where: str) -> None:
     if query.fusion not in FUSIONS:
-        raise ConfigError(f"{where}: query.fusion must be one of {', '.join(FUSIONS)}, got {query.fusion!r}", key="query.fusion", path=where)
+        raise ConfigError(f"{where}: query.fusion must be one of {', '.join(FUSIONS)}, got {_shown(query.fusion)}", key="query.fusion", path=where)
     if query.vector_weight < 0 or query.text_weight < 0 or query.vector_weight + query.text_weight == 0:
         raise ConfigError(f"{where}: query.vector_weight and query.text_weight must be >= 0, not both 0", key="query.vector_weight", path=where)
     if query.rrf_k < 1:
@@ -490,9 +539,21 @@ def _check_query(query: QueryConfig, where: str) -> None:
 
 
 def _refuse_secrets(node: Any, where: str, prefix: str = "") -> None:
-    # Keys belong in environment variables only; a key in the file would end up on disk and in backups.
+    # Keys belong in environment variables only; a key in the file would end up on disk
+    # and in backups, and a key pasted into the wrong field (model: sk-...) would be echoed
+    # by an error message or shown by `memory status`. Checked before any other
+    # validation, so no later message can quote one.
     if isinstance(node, dict):
         for key, value in node.items():
+            if isinstance(key, str) and _looks_like_secret(key):
+                parent = prefix[:-1]
+                raise ConfigError(
+                    f"{where}: a setting name {'under ' + parent if parent else 'at the top level'} looks like an API key "
+                    "or secret; put keys in environment variables (name not shown)",
+                    key=parent,
+                    path=where,
+                    hint="remove it from the file and export it as an environment variable",
+                )
             dotted = f"{prefix}{key}"
             if isinstance(key, str) and _SECRET_KEY_RE.search(key) and value not in (None, ""):
                 raise ConfigError(
@@ -505,6 +566,40 @@ def _refuse_secrets(node: Any, where: str, prefix: str = "") -> None:
     elif isinstance(node, list):
         for i, value in enumerate(node):
             _refuse_secrets(value, where, f"{prefix[:-1]}[{i}].")
+    elif isinstance(node, str) and _looks_like_secret(node):
+        key = prefix[:-1]
+        raise ConfigError(
+            f"{where}: {key or 'the top level'}: looks like an API key or secret; put keys in environment variables (value not shown)",
+            key=key,
+            path=where,
+            hint="remove it from the file and export it as an environment variable",
+        )
+
+
+def _looks_like_secret(value: str) -> bool:
+    """Whether a config value is (or holds) an API key, token, password or private key."""
+    # Imported on use: the extraction package imports discovery, which imports this module.
+    from memory_pipeline.extraction.redact import looks_like_secret as check
+
+    return check(value)
+
+
+def _holds_secret(value: Any) -> bool:
+    if isinstance(value, str):
+        return _looks_like_secret(value)
+    if isinstance(value, dict):
+        return any(_holds_secret(k) or _holds_secret(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return any(_holds_secret(v) for v in value)
+    return False
+
+
+def _shown(value: Any, *, quote: bool = True) -> str:
+    """A value as an error message may show it: masked if it holds a secret, cut if long."""
+    if _holds_secret(value):
+        return _NOT_SHOWN
+    text = repr(value) if quote else str(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _check_keys(mapping: dict, allowed: set[str], prefix: str, where: str) -> None:
@@ -531,7 +626,7 @@ def _section(raw: dict, name: str, cls: type, where: str):
             val = float(val)
         if not isinstance(val, expected) or (expected is int and isinstance(val, bool)):
             raise ConfigError(
-                f"{where}: {name}.{key} must be {expected.__name__}, got {val!r}", key=f"{name}.{key}", path=where
+                f"{where}: {name}.{key} must be {expected.__name__}, got {_shown(val)}", key=f"{name}.{key}", path=where
             )
         kwargs[key] = val
     return cls(**kwargs)
