@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 
-from memory_pipeline.discovery import NOTE_SUFFIX
+from memory_pipeline.discovery import MEDIA_MODALITIES, NOTE_SUFFIX
 from memory_pipeline.errors import ExtractionError
 from memory_pipeline.extraction.markdown import text_segments
 from memory_pipeline.extraction.media import MediaOptions, Segments, note_segment
@@ -30,7 +30,6 @@ from memory_pipeline.extraction.worker import ExtractionWorker, Extractor, defau
 from memory_pipeline.models import Segment
 from memory_pipeline.safeio import OpenedFile, UnsafeFileError, open_file
 
-MEDIA_MODALITIES = ("image", "audio", "video", "pdf", "document")
 NOTE_MAX_BYTES = 64 * 1024
 
 
