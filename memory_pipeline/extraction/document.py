@@ -165,7 +165,7 @@ def _docx_body(src: OpenedFile, options: MediaOptions) -> Segments:
                 with zf.open(info) as raw:
                     limit = min(info.file_size, options.max_unzipped_bytes)
                     for i, block in enumerate(_body_blocks(_Bounded(raw, limit, src.path, info.filename)), 1):
-                        if len(body) >= options.max_segments:
+                        if len(body) >= options.body_segments():
                             body.warn(f"indexed the first {len(body)} paragraphs and rows (max_segments={options.max_segments})")
                             break
                         body.append(Segment(text=block, line_start=i, line_end=i, kind="para"))
@@ -238,7 +238,7 @@ def _csv_rows(text: str, path: str, options: MediaOptions) -> Segments:
             cells = [f"{h or f'col{i + 1}'}: {v.strip()[:_MAX_CELL]}" for i, (h, v) in enumerate(zip(header + [""] * len(row), row)) if v.strip()]
             if not cells:
                 continue
-            if len(out) >= options.max_segments:
+            if len(out) >= options.body_segments():
                 out.warn(f"indexed the first {len(out) - 1} rows (max_segments={options.max_segments})")
                 break
             out.append(Segment(text="; ".join(cells), line_start=n, line_end=n, kind="row"))

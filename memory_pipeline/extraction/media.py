@@ -60,6 +60,11 @@ class MediaOptions:
             max_zip_ratio=getattr(mm, "max_zip_ratio", defaults.max_zip_ratio),
         )
 
+    def body_segments(self) -> int:
+        """Segments a media extractor may return besides the description and the note, so the
+        file's own cap (with its precise warning) is the one that applies, not ``finish``'s."""
+        return max(1, self.max_segments - 2)
+
     def hard_seconds(self) -> float:
         """Wall-clock seconds after which the worker extracting one file is killed."""
         if self.max_extract_seconds is not None:
