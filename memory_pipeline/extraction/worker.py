@@ -212,12 +212,31 @@ class ExtractionWorker:
                     self._stop(kill=True)
                     if attempt == 2:
                         raise ExtractionError(src.path, f"cannot hand the file to the extraction worker: {err}") from err
-            return self._wait(src.path, options)
+            try:
+                return self._wait(src.path, options)
+            except ExtractionError:
+                raise
+            except BaseException:
+                # Interrupted mid-file (Ctrl-C, a bug): the worker's late answer must never be
+                # taken for the next file's, so this worker goes.
+                self._stop(kill=True)
+                raise
 
     def close(self) -> None:
         """Stop the worker (asking first, then killing); the next ``run`` starts a new one."""
-        with self._lock:
-            self._stop(kill=False)
+        if self._lock.acquire(timeout=1.0):
+            try:
+                self._stop(kill=False)
+            finally:
+                self._lock.release()
+            return
+        # Another thread is waiting on a file (at interpreter exit, say): kill; that thread sees it die.
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                proc.kill()
 
     def _ensure(self, path: str) -> None:
         if self._proc is not None and self._proc.poll() is None:

@@ -261,6 +261,26 @@ def test_worker_killed_while_idle_is_replaced(html_file, worker):
     assert worker.starts == 2
 
 
+def test_interrupted_wait_kills_the_worker_so_no_late_answer_is_misread(html_file, worker):
+    """Ctrl-C while a file is in the worker: that worker goes; the next file gets its own answer."""
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    extract(str(html_file), "document", "text/html", worker=worker)
+    busy = worker.pid
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.5)
+        with pytest.raises(KeyboardInterrupt):
+            extract(str(html_file), "document", "text/html", MediaOptions(max_extract_seconds=30), worker=worker, extractor=hang)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert not psutil.pid_exists(busy) or psutil.Process(busy).status() == psutil.STATUS_ZOMBIE
+    assert "Restart the router" in extract(str(html_file), "document", "text/html", worker=worker)[1].text
+
+
 def test_close_stops_the_worker_and_the_next_file_starts_another(html_file, worker):
     extract(str(html_file), "document", "text/html", worker=worker)
     pid = worker.pid
