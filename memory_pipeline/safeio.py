@@ -168,7 +168,7 @@ def _open_under(root_fd: int, root_real: str, rel: list[str], display: str) -> O
             if stat_mod.S_ISLNK(st.st_mode):
                 links += 1
                 if links > MAX_LINKS:
-                    raise UnsafeLinkError(display, f"more than {MAX_LINKS} links to follow (a loop, or a link that keeps changing)")
+                    raise _too_many_links(display)
                 pending = _link_target(root_real, done, name, display) + pending
                 done = []
                 os.close(dir_fd)
@@ -184,6 +184,8 @@ def _open_under(root_fd: int, root_real: str, rel: list[str], display: str) -> O
                         raise
                     pending = [name]  # swapped for a link since the lstat: look again
                     links += 1
+                    if links > MAX_LINKS:
+                        raise _too_many_links(display) from err
                     continue
                 return _checked(fd, display)
             if not stat_mod.S_ISDIR(st.st_mode):
@@ -196,7 +198,7 @@ def _open_under(root_fd: int, root_real: str, rel: list[str], display: str) -> O
                 pending.insert(0, name)  # swapped since the lstat: look again
                 links += 1
                 if links > MAX_LINKS:
-                    raise UnsafeLinkError(display, f"more than {MAX_LINKS} links to follow (a loop, or a link that keeps changing)") from err
+                    raise _too_many_links(display) from err
                 continue
             os.close(dir_fd)
             dir_fd = sub
@@ -204,6 +206,10 @@ def _open_under(root_fd: int, root_real: str, rel: list[str], display: str) -> O
         raise NotRegularFileError(display, "a folder, not a file")
     finally:
         os.close(dir_fd)
+
+
+def _too_many_links(display: str) -> UnsafeLinkError:
+    return UnsafeLinkError(display, f"more than {MAX_LINKS} links to follow (a loop, or a link that keeps changing)")
 
 
 def _link_target(root_real: str, done: list[str], name: str, display: str) -> list[str]:
