@@ -211,6 +211,7 @@ def cmd_scan(args) -> int:
         utf8_problem,
         walk_all,
     )
+    from memory_pipeline.safeio import UnsafeFileError
 
     settings = _settings(args)
     media_types = indexed_media_types(settings)
@@ -219,19 +220,24 @@ def cmd_scan(args) -> int:
         row = {"source": f.source, "path": f.abs_path, "size": f.size, "mime_type": "", "modality": "", "status": f.status, "reason": f.reason}
         if f.status == "ok":
             try:
-                row["mime_type"], row["modality"] = sniff_file(f.abs_path, f.path)
+                root = settings.source(f.source).path
+                row["mime_type"], row["modality"] = sniff_file(f.abs_path, f.path, root)
                 row["status"], row["reason"] = classify(row["mime_type"], row["modality"], f.path, media_types)
                 too_big = media_size_problem(settings, row["modality"], f.size)
                 if row["status"] == "ok" and too_big:
                     row["status"], row["reason"] = "skipped", too_big
                 if row["status"] == "ok" and row["modality"] in INDEXED_MODALITIES:
-                    problem = utf8_problem(f.abs_path)
+                    problem = utf8_problem(f.abs_path, root)
                     if problem:
                         row["status"], row["reason"] = "failed", problem
+            except UnsafeFileError as err:
+                row["status"], row["reason"] = "skipped", err.reason
             except PermissionError:
                 row["status"], row["reason"] = "failed", "permission denied"
             except OSError as err:
                 row["status"], row["reason"] = "failed", f"cannot read: {err.strerror or err}"
+            except MemoryPipelineError as err:
+                row["status"], row["reason"] = "failed", getattr(err, "reason", str(err))
         elif f.path:
             row["mime_type"], row["modality"] = sniff(b"", f.path)  # not read: typed by its name
         files.append(row)

@@ -169,6 +169,11 @@ def walk_source(source: SourceConfig, max_file_bytes: int) -> Iterator[Discovere
                 continue
             if not is_selected(rel, source):
                 continue
+            named = _secret_in_name(rel)
+            if named:
+                # Never stored, not even as a path in the records: the name is shown redacted.
+                yield _bad(source, named[0], os.path.join(root, named[0]), "failed", named[1])
+                continue
             if stat_mod.S_ISLNK(st.st_mode):
                 try:
                     target = os.path.realpath(abs_path)
@@ -205,6 +210,17 @@ def walk_source(source: SourceConfig, max_file_bytes: int) -> Iterator[Discovere
                 status=status,
                 reason=reason,
             )
+
+
+@lru_cache(maxsize=65536)  # a path is checked once per process, not on every walk
+def _secret_in_name(rel: str) -> tuple[str, str] | None:
+    """(redacted path, reason) when a file or folder name holds what looks like a secret."""
+    from memory_pipeline.extraction.redact import redact  # imported on use: redact's detectors are heavy
+
+    clean, found = redact(rel)
+    if not found:
+        return None
+    return clean, "the file name holds what looks like a secret; not indexed (rename the file to index it)"
 
 
 def walk_all(settings: Settings) -> Iterator[DiscoveredFile]:

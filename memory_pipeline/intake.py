@@ -74,7 +74,7 @@ def _destination(src: Path, source: SourceConfig) -> Path:
     dest = folder / src.name
     n = 2
     while dest.exists() or dest.is_symlink():
-        if dest.is_file() and sha256_file(str(dest)) == sha256_file(str(src)):
+        if dest.is_file() and not dest.is_symlink() and sha256_file(str(dest), source.path) == sha256_file(str(src), src.parent):
             return dest  # the same file was stored before
         dest = folder / f"{src.stem}-{n}{src.suffix}"
         n += 1
@@ -96,7 +96,7 @@ def store_file(settings: Settings, file: str, note: str | None = None, source_na
     src = Path(file).expanduser().resolve()
     if not src.is_file():
         raise ConfigError(f"File {file} not found (or not a regular file)", key="file")
-    mime, modality = sniff_file(str(src), src.name)
+    mime, modality = sniff_file(str(src), src.name, src.parent)
     limit = settings.multimodal.max_file_bytes if modality in MEDIA_MODALITIES else settings.limits.max_file_bytes
     size = src.stat().st_size
     if size > limit:

@@ -37,15 +37,14 @@ from memory_pipeline.discovery import (
     DiscoveredFile,
     classify,
     indexed_media_types,
+    inspect_file,
     media_size_problem,
-    sha256_file,
     shard_of,
     sniff,
-    sniff_file,
     walk_all,
 )
 from memory_pipeline.errors import ExtractionError, ProviderError
-from memory_pipeline.extraction import MediaOptions, extract
+from memory_pipeline.extraction import MediaOptions, extract, shutdown_worker
 from memory_pipeline.models import (
     CHUNKS_SCHEMA,
     DELETIONS_SCHEMA,
@@ -57,6 +56,7 @@ from memory_pipeline.models import (
     embeddings_schema,
 )
 from memory_pipeline.providers.base import EmbeddingProvider
+from memory_pipeline.safeio import UnsafeFileError, open_file
 from memory_pipeline.providers.registry import ResolvedProvider
 from memory_pipeline.settings import Settings
 from memory_pipeline.stores import generations
@@ -324,14 +324,20 @@ def discover(
     return counts
 
 
-def _note_tag(abs_path: str) -> str:
+def _note_tag(abs_path: str, root: Path | None) -> str:
     """A media file's note (``<file>.note.md``) is part of what it is indexed from: its stat
-    joins the file's content hash, so editing the note re-indexes the file."""
+    joins the file's content hash, so editing the note re-indexes the file. A note that is a
+    link out of the source folder is no note (extraction refuses it the same way)."""
     try:
-        st = os.stat(abs_path + NOTE_SUFFIX)
-    except OSError:
+        with open_file(abs_path + NOTE_SUFFIX, root) as note:
+            st = note.stat
+    except (OSError, ExtractionError):
         return ""
     return f"+note:{st.st_size}:{st.st_mtime_ns}"
+
+
+def _source_names(settings: Settings) -> set[str]:
+    return {s.name for s in settings.sources}
 
 
 def file_sha256(manifest_sha: str) -> str:
@@ -368,6 +374,7 @@ def _manifest_row(
     if f.status != "ok" and f.path:
         # Not read (empty, too large, a link out of the root): typed by its name, for coverage by modality.
         row["mime_type"], row["modality"] = sniff(b"", f.path)
+    root = settings.source(f.source).path if settings is not None and f.source in _source_names(settings) else None
     if f.status == "ok":
         same_stat = (
             prev is not None
@@ -380,21 +387,27 @@ def _manifest_row(
             if same_stat:
                 row["sha256"], row["mime_type"], row["modality"] = file_sha256(prev["sha256"]), prev["mime_type"], prev["modality"]
             else:
-                row["mime_type"], row["modality"] = sniff_file(f.abs_path, f.path)
-                row["sha256"] = sha256_file(f.abs_path)
+                # One contained open: the type, the hash and the stat all describe the same file.
+                facts = inspect_file(f.abs_path, f.path, root)
+                row["mime_type"], row["modality"], row["sha256"] = facts.mime, facts.modality, facts.sha256
+                row["size"], row["mtime_ns"], row["inode"] = facts.size, facts.mtime_ns, facts.inode
                 counts.files_hashed += 1
-                counts.bytes_hashed += f.size
+                counts.bytes_hashed += facts.size
             media_types = indexed_media_types(settings) if settings is not None else ()
             row["status"], row["reason"] = classify(row["mime_type"], row["modality"], f.path, media_types)
             if row["modality"] in MEDIA_MODALITIES:
-                row["sha256"] += _note_tag(f.abs_path)
+                row["sha256"] += _note_tag(f.abs_path, root)
                 too_big = media_size_problem(settings, row["modality"], f.size) if settings is not None else ""
                 if row["status"] == "ok" and too_big:
                     row["status"], row["reason"] = "skipped", too_big
+        except UnsafeFileError as err:  # a link out of the folder or a FIFO, seen only when opened
+            row["status"], row["reason"] = "skipped", err.reason
         except PermissionError:
             row["status"], row["reason"] = "failed", "permission denied"
         except OSError as err:
             row["status"], row["reason"] = "failed", f"cannot read: {err.strerror or err}"
+        except ExtractionError as err:
+            row["status"], row["reason"] = "failed", err.reason
     if row["status"] == "ok":
         counts.files_ok += 1
         indexed = state is not None and state["sha256"] == row["sha256"] and state["fingerprint"] == fp
@@ -429,6 +442,15 @@ def extract_content(settings: Settings, shards: Sequence[str]) -> ExtractCounts:
     options = MediaOptions.from_settings(settings)
     todo = {s: [r for r in read_manifest(settings, s).to_pylist() if r["action"] == "index"] for s in shards}
     total = sum(len(v) for v in todo.values())
+    roots = {s.name: s.path for s in settings.sources}
+    try:
+        _extract_shards(settings, shards, todo, roots, options, counts, total)
+    finally:
+        shutdown_worker()  # the media worker (if one was started) ends with the stage
+    return counts
+
+
+def _extract_shards(settings: Settings, shards, todo, roots, options, counts: ExtractCounts, total: int) -> None:
     done = 0
     for shard in shards:
         seg_rows: list[dict] = []
@@ -436,7 +458,7 @@ def extract_content(settings: Settings, shards: Sequence[str]) -> ExtractCounts:
         for row in todo[shard]:
             counts.files += 1
             try:
-                segments = extract(row["abs_path"], row["modality"], row["mime_type"], options)
+                segments = extract(row["abs_path"], row["modality"], row["mime_type"], options, roots.get(row["source"]))
             except Exception as err:  # noqa: BLE001 - one file's failure, whatever it is, is that file's error
                 reason = err.reason if isinstance(err, ExtractionError) else f"extraction failed unexpectedly: {type(err).__name__}: {err}"
                 counts.failed += 1
@@ -470,7 +492,6 @@ def extract_content(settings: Settings, shards: Sequence[str]) -> ExtractCounts:
             pa.Table.from_pylist(status_rows, schema=EXTRACTION_STATUS_SCHEMA),
             asset_path(settings, "extracted_content", shard, ".status"),
         )
-    return counts
 
 
 # --- stage 3: memory_chunks --------------------------------------------------------------
@@ -605,24 +626,40 @@ def media_label(path: str, segments: Sequence[Segment]) -> str:
     return "\n".join(p.strip() for p in parts if p.strip())
 
 
-def _embed_media(provider, items: list[tuple[str, str, str]]) -> np.ndarray:
-    """Native vectors for (abs_path, mime, label) items; bytes are read one request's worth at a time."""
+def _embed_media(provider, items: dict[str, tuple[str, str, str, Path | None]]) -> dict[str, np.ndarray]:
+    """Native vectors by content hash for (abs_path, mime, label, source root) items.
+
+    Bytes are read one request's worth at a time through one contained open: a file that
+    became a link out of its folder (or vanished) since discovery gets no vector, so its
+    file keeps its current rows and is tried again by the next run.
+    """
     from memory_pipeline.providers.gemini import MediaItem
 
-    out: list[np.ndarray] = []
+    vectors: dict[str, np.ndarray] = {}
     batch: list = []
+    keys: list[str] = []
     size = 0
-    for abs_path, mime, label in items:
-        with open(abs_path, "rb") as fh:
-            data = fh.read()
+
+    def flush() -> None:
+        for k, v in zip(keys, provider.embed_media(batch)):
+            vectors[k] = v
+
+    for h, (abs_path, mime, label, root) in items.items():
+        try:
+            with open_file(abs_path, root) as fh:
+                data = fh.pread(fh.size)
+        except (OSError, ExtractionError) as err:
+            log.warning("%s: not embedded natively: %s", abs_path, getattr(err, "reason", None) or err)
+            continue
         if batch and size + len(data) > NATIVE_SLICE_BYTES:
-            out.append(provider.embed_media(batch))
-            batch, size = [], 0
+            flush()
+            batch, keys, size = [], [], 0
         batch.append(MediaItem(label=label, data=data, mime_type=mime))
+        keys.append(h)
         size += len(data)
     if batch:
-        out.append(provider.embed_media(batch))
-    return np.concatenate(out) if out else np.zeros((0, provider.dims), np.float32)
+        flush()
+    return vectors
 
 
 # --- stage 4: chunk_embeddings -----------------------------------------------------------
@@ -656,21 +693,23 @@ def embed_chunks(
     texts: dict[str, str] = {}
     tokens: dict[str, int] = {}
     shards_of: dict[str, set[str]] = defaultdict(set)
-    media: dict[str, tuple[str, str, str]] = {}  # content hash -> (abs path, mime, label)
+    media: dict[str, tuple[str, str, str, Path | None]] = {}  # content hash -> (abs path, mime, label, root)
+    roots = {s.name: s.path for s in settings.sources}
     for shard, table in chunk_tables.items():
         counts.chunks += table.num_rows
-        for h, t, n, f, mime in zip(
+        for h, t, n, f, mime, src in zip(
             table.column("content_hash").to_pylist(),
             table.column("embed_text").to_pylist(),
             table.column("tokens").to_pylist(),
             table.column("media_file").to_pylist(),
             table.column("mime_type").to_pylist(),
+            table.column("source").to_pylist(),
         ):
             texts.setdefault(h, t)
             tokens.setdefault(h, n)
             shards_of[h].add(shard)
             if f:
-                media.setdefault(h, (f, mime, t))
+                media.setdefault(h, (f, mime, t, roots.get(src)))
     counts.unique = len(texts)
     keys = {h: cache_key(ident.provider, ident.model, ident.provider_key, ident.dims, h) for h in texts}
     vectors: dict[str, np.ndarray] = {}
@@ -685,14 +724,15 @@ def embed_chunks(
         started = time.perf_counter()
         media_misses = [h for h in texts if h not in vectors and h in media]
         if media_misses:
-            out = _embed_media(provider, [media[h] for h in media_misses])
-            for h, v in zip(media_misses, out):
-                vectors[h] = v
+            got = _embed_media(provider, {h: media[h] for h in media_misses})
+            vectors.update(got)
+            media_misses = [h for h in media_misses if h in got]
             if cache is not None:
                 cache.put_many((keys[h], vectors[h]) for h in media_misses)
             counts.embedded += len(media_misses)
             counts.media_embedded += len(media_misses)
-        misses = sorted((h for h in texts if h not in vectors), key=lambda h: len(texts[h]))
+        # A media file whose bytes could not be read natively gets no text vector in its place.
+        misses = sorted((h for h in texts if h not in vectors and h not in media), key=lambda h: len(texts[h]))
         pending: set[str] = set()
 
         def _key(h: str) -> str:

@@ -16,7 +16,8 @@ _QUERY_KINDS = ("note", "ocr", "exif", "time", "frame", "page", "para", "row", "
 
 def query_file(path: str, expected: str, settings: Settings) -> tuple[str, str, str]:
     """``(abs_path, mime, modality)`` of a file to query by; ``expected`` is image or audio."""
-    abs_path = os.path.abspath(os.path.expanduser(path))
+    # A file named by the user on the command line: its links are the user's to follow.
+    abs_path = os.path.realpath(os.path.expanduser(path))
     if not os.path.isfile(abs_path):
         raise ConfigError(f"--{expected} {path}: no such file", key=expected)
     size = os.path.getsize(abs_path)

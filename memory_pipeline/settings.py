@@ -96,6 +96,9 @@ class FtsConfig:
 @dataclass(frozen=True)
 class LimitsConfig:
     max_file_bytes: int = 20 * 1024 * 1024
+    # Output of one file, any format: past either cap it is indexed in part, with a warning.
+    max_segments_per_file: int = 50_000
+    max_chars_per_file: int = 20_000_000
 
 
 MEDIA_TYPES = ("image", "audio", "video", "pdf", "document")
@@ -114,6 +117,12 @@ class MultimodalConfig:
     keyframe_seconds: float = 10.0  # video: OCR one frame every N seconds
     timeout_seconds: float = 300.0  # per file, extraction
     max_image_pixels: int = 64_000_000  # larger images are refused as decompression bombs
+    # The worker extracting a media file or document is killed past these (0 = timeout_seconds + 10 s).
+    max_extract_seconds: float = 0.0
+    max_extract_mb: int = 1024
+    # Zip containers (docx) are refused before parsing when they would expand past these.
+    max_unzipped_bytes: int = 100 * 1024 * 1024
+    max_zip_ratio: float = 100.0
 
 
 @dataclass(frozen=True)
@@ -420,8 +429,9 @@ def settings_from_dict(raw: Any, *, base_dir: Path, config_path: Path | None = N
         )
     fts = _section(raw, "fts", FtsConfig, where)
     limits = _section(raw, "limits", LimitsConfig, where)
-    if limits.max_file_bytes < 1:
-        raise ConfigError(f"{where}: limits.max_file_bytes must be >= 1", key="limits.max_file_bytes", path=where)
+    for key in ("max_file_bytes", "max_segments_per_file", "max_chars_per_file"):
+        if getattr(limits, key) < 1:
+            raise ConfigError(f"{where}: limits.{key} must be >= 1", key=f"limits.{key}", path=where)
     checks = _section(raw, "checks", ChecksConfig, where)
     if not 0.0 <= checks.min_coverage <= 1.0:
         raise ConfigError(f"{where}: checks.min_coverage must be between 0 and 1", key="checks.min_coverage", path=where)
@@ -463,10 +473,12 @@ def _multimodal(raw: dict, where: str) -> MultimodalConfig:
         )
     cfg = _section({"multimodal": section}, "multimodal", MultimodalConfig, where)
     cfg = MultimodalConfig(**{**cfg.__dict__, "types": tuple(dict.fromkeys(types))})
-    for key in ("max_file_bytes", "pdf_max_pages", "max_image_pixels"):
+    for key in ("max_file_bytes", "pdf_max_pages", "max_image_pixels", "max_extract_mb", "max_unzipped_bytes"):
         if getattr(cfg, key) < 1:
             raise ConfigError(f"{where}: multimodal.{key} must be >= 1", key=f"multimodal.{key}", path=where)
-    for key in ("keyframe_seconds", "timeout_seconds"):
+    if cfg.max_extract_seconds < 0:
+        raise ConfigError(f"{where}: multimodal.max_extract_seconds must be >= 0", key="multimodal.max_extract_seconds", path=where)
+    for key in ("keyframe_seconds", "timeout_seconds", "max_zip_ratio"):
         if not getattr(cfg, key) > 0:
             raise ConfigError(f"{where}: multimodal.{key} must be > 0", key=f"multimodal.{key}", path=where)
     return cfg

@@ -52,7 +52,7 @@ class MediaOptions:
             keyframe_seconds=mm.keyframe_seconds,
             timeout_seconds=mm.timeout_seconds,
             max_image_pixels=mm.max_image_pixels,
-            max_extract_seconds=getattr(mm, "max_extract_seconds", defaults.max_extract_seconds),
+            max_extract_seconds=getattr(mm, "max_extract_seconds", defaults.max_extract_seconds) or None,  # 0: derived
             max_extract_mb=getattr(mm, "max_extract_mb", defaults.max_extract_mb),
             max_segments=getattr(limits, "max_segments_per_file", defaults.max_segments),
             max_chars=getattr(limits, "max_chars_per_file", defaults.max_chars),
