@@ -27,7 +27,7 @@ define apt_missing
 	fi
 endef
 
-.PHONY: run test bench bench-quick ui venv system-packages media-tools sample-media clean
+.PHONY: run test test-fast fuzz bench bench-quick ui venv system-packages media-tools sample-media clean
 
 venv: media-tools $(STAMP)
 
@@ -55,6 +55,19 @@ system-packages:
 test: venv system-packages
 	@set -o pipefail; $(BIN)/python -m pytest memory_pipeline_tests; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing on purpose" >&2; exit 1; fi; exit $$rc
+
+# The quick loop: unit tests only (no CLI subprocesses, no Dagster runs, no browser).
+test-fast: venv
+	@set -o pipefail; $(BIN)/python -m pytest memory_pipeline_tests/unit -q; rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing on purpose" >&2; exit 1; fi; exit $$rc
+
+# The long fuzz run: the extractor fuzz, the chunker and redaction property tests with many
+# more examples than `make test` gives them (tens of minutes).
+fuzz: venv
+	MEMORY_PIPELINE_FUZZ=long $(BIN)/python -m pytest -q \
+		memory_pipeline_tests/unit/test_extractor_fuzz.py \
+		memory_pipeline_tests/unit/test_chunking_properties.py \
+		memory_pipeline_tests/unit/test_redact_corpus.py
 
 bench: venv
 	$(BIN)/python benchmarks/bench_index.py --out benchmarks/results.json
