@@ -6,6 +6,11 @@ it fits the model's real input limit: no chunk is ever silently truncated.
 
 Appending text to a note only changes its last chunk(s): boundaries are found
 greedily from the top, so an edit never shifts the chunks above it.
+
+Any input chunks, in time linear in its size: a 5 MB line with no spaces is cut
+without ever encoding it whole, and a text whose model count cl100k misjudges
+(a run of dashes: one cl100k token per 16 dashes, one model token per dash) is
+cut by the model's own count.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
+from itertools import islice
 
 from memory_pipeline.models import Chunk, Segment
 
@@ -26,6 +32,16 @@ _FENCE_RE = re.compile(r"^[ \t]{0,3}(`{3,}|~{3,})(.*)$")
 _WORDS_RE = re.compile(r"\S+\s*|\s+")
 
 ModelCounter = Callable[[Sequence[str]], list[int]]
+
+# The longest cl100k token is 128 bytes, so no token covers more than 128 characters: a text longer
+# than n * 128 characters is certainly over n tokens, and is cut without encoding it whole.
+_MAX_TOKEN_CHARS = 128
+# Up to this many characters, a piece boundary is found by bisecting the whole rest of the text, as
+# chunker version 1 always did (so those boundaries, and the ids of their chunks, stay as they were);
+# beyond, the search gallops from the last piece's length so a long line costs linear time.
+_FULL_SEARCH_CHARS = 2048
+# cl100k-guided re-packing rounds before the rest is split by the model's own count.
+_REPACK_ROUNDS = 12
 
 
 @lru_cache(maxsize=1)
@@ -45,6 +61,14 @@ def count_tokens_many(texts: Sequence[str]) -> list[int]:
     return [len(encode(t)) for t in texts]
 
 
+def _count_within(text: str, max_tokens: int) -> int:
+    """cl100k tokens of ``text``, or ``max_tokens + 1`` when its length alone says it is over."""
+    # Encoding a megabyte-long word costs seconds; its exact count is never needed, only "too long".
+    if len(text) > max_tokens * _MAX_TOKEN_CHARS:
+        return max_tokens + 1
+    return count_tokens(text)
+
+
 @dataclass
 class _Unit:
     text: str
@@ -59,50 +83,105 @@ class _Unit:
 def _split_text(text: str, max_tokens: int) -> list[str]:
     """Split one over-long line into pieces of at most max_tokens: at spaces, else by characters."""
     max_tokens = max(max_tokens, 1)
-    if count_tokens(text) <= max_tokens:
+    if _count_within(text, max_tokens) <= max_tokens:
         return [text]
-    pieces: list[str] = []
+    pieces: list[tuple[str, bool]] = []  # (piece, whether it was cut by counting it already)
     current = ""
     current_tokens = 0
+    known: dict[str, int] = {}  # words repeat (a 5 MB line of one word repeated): count each once
     for word in _WORDS_RE.findall(text):
-        wt = count_tokens(word)
+        wt = known.get(word, -1)
+        if wt < 0:
+            wt = _count_within(word, max_tokens)
+            if len(known) < 65_536:  # bounded: a line of a million distinct words would hold them all
+                known[word] = wt
         if wt > max_tokens:
             if current:
-                pieces.append(current)
+                pieces.append((current, False))
                 current, current_tokens = "", 0
-            pieces.extend(_split_chars(word, max_tokens))
+            pieces.extend((piece, True) for piece in _split_chars(word, max_tokens))
             continue
         if current_tokens + wt > max_tokens and current:
-            pieces.append(current)
+            pieces.append((current, False))
             current, current_tokens = "", 0
         current += word
         current_tokens += wt
     if current:
-        pieces.append(current)
+        pieces.append((current, False))
     # Word token counts are sub-additive only approximately; re-check and split by characters if needed.
     out: list[str] = []
-    for piece in pieces:
-        out.extend([piece] if count_tokens(piece) <= max_tokens else _split_chars(piece, max_tokens))
+    for piece, counted in pieces:
+        out.extend([piece] if counted or count_tokens(piece) <= max_tokens else _split_chars(piece, max_tokens))
     return [p for p in out if p]
 
 
 def _split_chars(text: str, max_tokens: int) -> list[str]:
+    """Cut ``text`` into pieces of at most max_tokens cl100k tokens (one character at least)."""
     pieces = []
     start = 0
+    step = max_tokens  # a first guess of a piece's length in characters; then the last piece's
     while start < len(text):
-        lo, hi = start + 1, len(text)
-        # longest prefix within the budget (binary search on characters)
-        best = lo
+        end, _ = _cut(text, start, lambda piece: _count_within(piece, max_tokens), max_tokens, step, _FULL_SEARCH_CHARS)
+        pieces.append(text[start:end])
+        step = end - start
+        start = end
+    return pieces
+
+
+def _cut(
+    text: str, start: int, count: Callable[[str], int], max_tokens: int, step: int, full_search_chars: int = 0
+) -> tuple[int, int]:
+    """(end, its count) of the longest piece ``text[start:end]`` that ``count`` puts within max_tokens.
+
+    The piece is one character at least, even over max_tokens; its count is -1 when not counted.
+
+    Counts are not quite monotone in a piece's length (one more character can make a token
+    fewer), so this searches, it does not prove. Within ``full_search_chars`` of the end it bisects
+    the whole rest of the text, as chunker version 1 did, which keeps its boundaries. Otherwise it
+    brackets the end starting from a guess of ``step`` characters (the last piece's length) and
+    narrows the bracket by interpolating the counts, with doubling and halving as safeguards: a
+    piece costs a few counts of strings at most twice its length (two when the text is uniform), so
+    a long line costs time linear in its length.
+    """
+    n = len(text)
+    if n - start <= full_search_chars:
+        lo, hi = start + 1, n
+        best, best_n = lo, -1
         while lo <= hi:
             mid = (lo + hi) // 2
-            if count_tokens(text[start:mid]) <= max_tokens:
-                best = mid
+            c = count(text[start:mid])
+            if c <= max_tokens:
+                best, best_n = mid, c
                 lo = mid + 1
             else:
                 hi = mid - 1
-        pieces.append(text[start:best])
-        start = best
-    return pieces
+        return best, best_n
+    good, good_n = start, -1  # -1: no count yet (the empty piece is never counted)
+    bad, bad_n = n + 1, -1  # n + 1: past the end, where no piece reaches
+    probe, interpolated = min(start + max(step, 1), n), False
+    while True:
+        width = bad - good
+        c = count(text[start:probe])
+        if c <= max_tokens:
+            good, good_n = probe, c
+        else:
+            bad, bad_n = probe, c
+        if bad - good <= 1:
+            return (good, good_n) if good > start else (start + 1, -1)
+        if bad_n < 0:
+            # Every probe fitted so far: extrapolate the count to max_tokens (at least one character
+            # further), or double when an extrapolation fell short, so a flat count cannot creep.
+            if interpolated:
+                probe, interpolated = min(start + 2 * (good - start), n), False
+            else:
+                reach = (good - start) * max_tokens // max(good_n, 1)
+                probe, interpolated = min(start + min(max(reach, good - start + 1), 2 * (good - start)), n), True
+        elif good_n < 0 or (interpolated and 2 * (bad - good) > width):
+            # An interpolation that did not halve the bracket is followed by a halving: O(log) counts at worst.
+            probe, interpolated = (good + bad) // 2, False
+        else:
+            probe = good + (bad - good) * (max_tokens - good_n) // (bad_n - good_n)
+            probe, interpolated = min(max(probe, good + 1), bad - 1), True
 
 
 def _breadcrumb(stack: list[tuple[int, str]]) -> str:
@@ -114,7 +193,8 @@ def markdown_units(text: str, piece_tokens: int) -> list[_Unit]:
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
-    token_counts = count_tokens_many(lines)
+    too_long = piece_tokens * _MAX_TOKEN_CHARS  # such a line is split whatever its count: not counted whole
+    token_counts = count_tokens_many([line if len(line) <= too_long else "" for line in lines])
     units: list[_Unit] = []
     stack: list[tuple[int, str]] = []
     fence: str | None = None  # the opening marker while inside a fenced block
@@ -137,7 +217,7 @@ def markdown_units(text: str, piece_tokens: int) -> list[_Unit]:
                 stack.append((level, m.group(2).strip()))
         if not level:
             context = _breadcrumb(stack)
-        if tokens + 1 > piece_tokens:
+        if len(line) > too_long or tokens + 1 > piece_tokens:
             for piece in _split_text(line, piece_tokens - 1):
                 units.append(_Unit(piece, count_tokens(piece) + 1, i, i, context))
         else:
@@ -146,7 +226,8 @@ def markdown_units(text: str, piece_tokens: int) -> list[_Unit]:
     for idx, unit in enumerate(units):
         if unit.heading_level:
             total = 0
-            for nxt in units[idx:]:
+            # islice, not units[idx:]: a copy of the rest per heading is quadratic in a heading-dense file.
+            for nxt in islice(units, idx, None):
                 if nxt is not unit and nxt.heading_level and nxt.heading_level <= unit.heading_level:
                     break
                 total += nxt.tokens
@@ -159,7 +240,7 @@ def session_units(segments: Sequence[Segment], piece_tokens: int) -> list[_Unit]
     units: list[_Unit] = []
     for seg in segments:
         rendered = f"{seg.label} {seg.text}" if seg.label else seg.text
-        tokens = count_tokens(rendered) + 1
+        tokens = _count_within(rendered, piece_tokens) + 1
         if tokens <= piece_tokens:
             units.append(_Unit(rendered, tokens, seg.line_start, seg.line_end, ""))
             continue
@@ -287,33 +368,159 @@ def chunk_units(
 def _fit_model_limit(
     groups: list[list[_Unit]], budget: int, limit: int, count_model: ModelCounter
 ) -> tuple[list[list[_Unit]], list[int]]:
-    for _ in range(12):
-        rendered = [_to_chunk(0, g, budget) for g in groups]
-        texts = [c.embed_text if c else "" for c in rendered]
-        counts = count_model(texts)
+    """Split every group the model's tokenizer finds over ``limit`` until all fit; never fails.
+
+    First by cl100k: a group is re-packed under a budget scaled down by how far over it is, which
+    is cheap and right for ordinary text. A group that this cannot make smaller (cl100k and the
+    model disagree too much: 16 dashes are one cl100k token and 16 model tokens), and whatever is
+    still over when the rounds run out, is split by the model's own count, which always ends.
+    """
+    counts = count_model(_embed_texts(groups, budget))
+    for round_ in range(_REPACK_ROUNDS + 1):
         if all(n <= limit for n in counts):
-            return groups, counts
+            break
         out: list[list[_Unit]] = []
+        out_counts: list[int] = []  # -1: a new group, counted below
         for group, n in zip(groups, counts):
             if n <= limit:
                 out.append(group)
+                out_counts.append(n)
                 continue
-            ratio = limit / n * 0.92
-            sub_budget = max(int(sum(u.tokens for u in group) * ratio), 8)
-            if len(group) > 1 and max(u.tokens for u in group) <= sub_budget:
-                out.extend(pack_units(group, sub_budget, 0))
+            parts = _repack_smaller(group, n, limit) if round_ < _REPACK_ROUNDS else []
+            if len(parts) > 1:
+                out.extend(parts)
+                out_counts.extend([-1] * len(parts))
+            else:
+                parts, known = _split_by_model(group, n, budget, limit, count_model)
+                out.extend(parts)
+                out_counts.extend(known)
+        # Only groups not counted yet are: on a long line, every pass of the model's tokenizer is seconds.
+        todo = [i for i, n in enumerate(out_counts) if n < 0]
+        for i, n in zip(todo, count_model(_embed_texts([out[i] for i in todo], budget))):
+            out_counts[i] = n
+        groups, counts = out, out_counts
+    # A counter that finds a single character over the limit cannot be satisfied: such a chunk is
+    # kept (the model truncates it) rather than failing the file.
+    return groups, counts
+
+
+def _embed_texts(groups: Sequence[Sequence[_Unit]], budget: int) -> list[str]:
+    """What the model would be given for each group as a chunk ("" for a blank group)."""
+    rendered = [_to_chunk(0, g, budget) for g in groups]
+    return [c.embed_text if c else "" for c in rendered]
+
+
+def _repack_smaller(group: list[_Unit], n: int, limit: int) -> list[list[_Unit]]:
+    """One cl100k round: re-pack ``group`` (``n`` model tokens) under a proportionally smaller budget.
+
+    Returns no groups when cl100k is too coarse for the cut needed (a budget under 8 tokens, where
+    one cl100k token can be 64 model tokens): the model's own count is then the faster way.
+    """
+    sub_budget = int(sum(u.tokens for u in group) * limit / n * 0.92)
+    if sub_budget < 8:
+        return []
+    if len(group) > 1 and max(u.tokens for u in group) <= sub_budget:
+        return pack_units(group, sub_budget, 0)
+    # A single unit (or one too long for the new budget): split its text further.
+    pieces: list[_Unit] = []
+    for u in group:
+        if u.tokens <= sub_budget:
+            pieces.append(u)
+            continue
+        for piece in _split_text(u.text, max(sub_budget - 1, 4)):
+            pieces.append(_Unit(piece, count_tokens(piece) + 1, u.line_start, u.line_end, u.context))
+    return pack_units(pieces, sub_budget, 0)
+
+
+def _split_by_model(
+    group: list[_Unit], n: int, budget: int, limit: int, count_model: ModelCounter
+) -> tuple[list[list[_Unit]], list[int]]:
+    """Split ``group`` (``n`` model tokens) into groups the model's own counter finds within ``limit``.
+
+    Returns the groups, in order, and their model counts where already known (-1 where not).
+    """
+    alone = [n] if len(group) == 1 else count_model(_embed_texts([[u] for u in group], budget))
+    units: list[tuple[_Unit, int, bool]] = []  # (unit, its count, whether it is a piece cut as long as fits)
+    for u, k in zip(group, alone):
+        if k <= limit:
+            units.append((u, k, False))
+            continue
+        pieces = _model_pieces(u, budget, limit, count_model)
+        units.extend((p, c, i < len(pieces) - 1) for i, (p, c) in enumerate(pieces))
+    # Greedy, one count per unit: a chunk grows while the model says it still fits. A full piece
+    # cannot take one more character, so it is not tried with its neighbours.
+    out: list[list[_Unit]] = []
+    counts: list[int] = []
+    cur: list[_Unit] = []
+    cur_n, cur_full = -1, False
+    for u, k, full in units:
+        if cur and not (full or cur_full):
+            joined = count_model(_embed_texts([[*cur, u]], budget))[0]
+            if joined <= limit:
+                cur.append(u)
+                cur_n, cur_full = joined, full
                 continue
-            # A single unit (or one too long for the new budget): split its text further.
-            pieces: list[_Unit] = []
-            for u in group:
-                if u.tokens <= sub_budget:
-                    pieces.append(u)
-                    continue
-                for piece in _split_text(u.text, max(sub_budget - 1, 4)):
-                    pieces.append(_Unit(piece, count_tokens(piece) + 1, u.line_start, u.line_end, u.context))
-            out.extend(pack_units(pieces, sub_budget, 0))
-        groups = out
-    raise RuntimeError("chunking could not fit the model's input limit")  # pragma: no cover
+        if cur:
+            out.append(cur)
+            counts.append(cur_n)
+        cur, cur_n, cur_full = [u], k, full
+    if cur:
+        out.append(cur)
+        counts.append(cur_n)
+    return out, counts
+
+
+def _model_pieces(u: _Unit, budget: int, limit: int, count_model: ModelCounter) -> list[tuple[_Unit, int]]:
+    """Cut one unit's text so that each piece, under its heading, is within ``limit`` model tokens.
+
+    Returns the pieces with their model counts (-1 where not counted). A search on characters
+    against the model's counter: it ends because every piece takes at least one character, and one
+    character is a handful of model tokens at most.
+    """
+    context = _fit_context(u.context, budget, limit, count_model)
+    head = _breadcrumb_text(context, breadcrumb_cap(budget))
+    prefix = f"{head}\n" if head else ""
+
+    def count(piece: str) -> int:
+        return count_model([prefix + piece])[0]
+
+    pieces: list[tuple[_Unit, int]] = []
+    start, step = 0, limit
+    while start < len(u.text):
+        end, n = _cut(u.text, start, count, limit, step)
+        piece = u.text[start:end]
+        # A blank piece becomes no chunk, so its count (with the heading) is not what the model gets.
+        pieces.append((_Unit(piece, count_tokens(piece) + 1, u.line_start, u.line_end, context), n if piece.strip() else -1))
+        step = end - start
+        start = end
+    return pieces
+
+
+def _fit_context(context: str, budget: int, limit: int, count_model: ModelCounter) -> str:
+    """``context``, or its end cut to a quarter of the model's input when its breadcrumb takes over half.
+
+    A breadcrumb is capped in cl100k tokens, which can still be more model tokens than the limit
+    (a heading of dashes): then no text fits under it, so only its nearest headings are kept.
+    """
+    head = _breadcrumb_text(context, breadcrumb_cap(budget))
+    if not head or count_model([head])[0] <= limit // 2:
+        return context
+    # Bisect for the earliest start of a tail that fits; len(head) keeps nothing.
+    lo, hi = 1, len(head)
+    best = len(head)
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        if count_model([f"… {head[mid:]}"])[0] <= limit // 4:
+            best = mid
+            hi = mid - 1
+        else:
+            lo = mid + 1
+    tail = head[best:].strip()
+    shortened = f"… {tail}" if tail else ""
+    # The chunk re-derives its heading from the context; keep the cut only if that heading fits too.
+    if shortened and count_model([_breadcrumb_text(shortened, breadcrumb_cap(budget))])[0] <= limit // 2:
+        return shortened
+    return ""
 
 
 def chunk_segments(
@@ -377,7 +584,7 @@ def _media_chunks(segments: Sequence[Segment], piece: int, title: str, **kw) -> 
                 # Rendered documents (kind "text") count their own lines; other kinds keep the segment's range.
                 start, end = (seg.line_start + k,) * 2 if kind == "text" else (seg.line_start, seg.line_end)
                 rendered = f"{seg.label} {line}" if seg.label else line
-                tokens = count_tokens(rendered) + 1
+                tokens = _count_within(rendered, piece) + 1
                 parts = [rendered] if tokens <= piece else _split_text(rendered, max(piece - 1, 4))
                 for part in parts:
                     if part.strip():
