@@ -11,7 +11,7 @@ from pathlib import Path
 import lancedb
 import pytest
 
-from memory_pipeline_tests.conftest import write_config
+from memory_pipeline_tests.conftest import SAMPLE, TEXT_ONLY, write_config
 from memory_pipeline_tests.helpers import run_cli, run_json, table_rows
 
 pytestmark = pytest.mark.slow
@@ -21,11 +21,27 @@ def _ids(data_dir: Path) -> list[tuple[str, str]]:
     return [(r["path"], r["chunk_id"]) for r in table_rows(data_dir, ("chunk_id", "path"))]
 
 
-@pytest.fixture
-def indexed(tmp_path: Path, sample_config: Path) -> tuple[Path, Path, dict]:
-    first = run_json("index", "--config", str(sample_config), "--json")
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory) -> tuple[Path, dict]:
+    """The sample's text indexed once; each test works on its own copy of folder and index."""
+    root = tmp_path_factory.mktemp("baseline")
+    shutil.copytree(SAMPLE, root / "mem", ignore=TEXT_ONLY)
+    cfg = write_config(root / "memory_pipeline.yaml")
+    first = run_json("index", "--config", str(cfg), "--json")
     assert first["table_rows"] > 0 and not first["errors"]
-    return sample_config, tmp_path / "index", first
+    return root, first
+
+
+@pytest.fixture
+def indexed(tmp_path: Path, baseline) -> tuple[Path, Path, dict]:
+    root, first = baseline
+    dest = tmp_path / "copy"
+    shutil.copytree(root, dest, symlinks=True)
+    cfg = dest / "memory_pipeline.yaml"
+    # The copy's files have new inodes: one settling run re-hashes them (same content, nothing re-indexed).
+    settled = run_json("index", "--config", str(cfg), "--json")
+    assert settled["chunks_embedded"] == 0 and settled["table_rows"] == first["table_rows"]
+    return cfg, dest / "index", first
 
 
 def test_deleted_table_folder_is_rebuilt_not_reported_as_settled(indexed):
