@@ -9,6 +9,8 @@ boundary and chained (``raise X(...) from err``)::
     ├── ProviderError        an embedding provider failed (carries ``provider``, ``status``)
     │   ├── ProviderUnavailable  the provider cannot start (missing package, model or key)
     │   └── PrimaryFailed        the primary failed permanently; the fallback takes over
+    ├── SearchError          a search could not be answered (carries ``query``)
+    │   └── FullTextUnavailable  full-text cannot answer this query on this table; the search goes on without it
     └── StoreError           the LanceDB table or the embedding cache failed
         └── IndexMismatchError   the table holds vectors of another model or dimension
 
@@ -70,3 +72,16 @@ class StoreError(MemoryPipelineError):
 
 class IndexMismatchError(StoreError):
     """The table was built with another model or dimension."""
+
+
+class SearchError(MemoryPipelineError):
+    """A search could not be answered; ``query`` is the query text."""
+
+    def __init__(self, message: str, *, query: str = "", hint: str = "") -> None:
+        super().__init__(message, hint=hint)
+        self.query = query
+
+
+class FullTextUnavailable(SearchError):
+    """The full-text leg cannot answer this query on this table (e.g. a phrase on an index
+    without positions); the searcher answers with the vector leg alone."""

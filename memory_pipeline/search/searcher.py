@@ -1,0 +1,351 @@
+"""The searcher: one opened table and provider answering queries (``MemorySearcher``), and the
+``search()`` function behind ``memory search`` and ``memory_pipeline.search(...)``.
+
+A query runs two legs (vector and full-text) into one candidate pool, scores every candidate
+(``scoring``), drops those below ``min_score``, orders the rest (``fusion``, recency, MMR) and
+turns them into ``SearchResult`` rows with a snippet (``snippets``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from datetime import date, datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+from memory_pipeline.errors import ConfigError, FullTextUnavailable, ProviderError
+from memory_pipeline.providers.registry import query_provider
+from memory_pipeline.search.filters import SearchFilters, file_name_date, note_date
+from memory_pipeline.search.folding import identifier_terms, query_terms
+from memory_pipeline.search.fulltext import fts_rows
+from memory_pipeline.search.fusion import fusion_for
+from memory_pipeline.search.scoring import (
+    Candidate,
+    haystack,
+    identifier_factor,
+    mmr,
+    recency_factor,
+    relevance,
+    text_score,
+)
+from memory_pipeline.search.snippets import make_snippet
+from memory_pipeline.settings import FUSIONS, Settings, load_settings
+from memory_pipeline.stores import generations
+from memory_pipeline.stores.lance import FTS_COLUMN, VectorStore, ann_query
+
+MODES = ("hybrid", "vector", "fts")
+log = logging.getLogger(__name__)
+MIN_POOL = 20
+_COLUMNS = [
+    "chunk_id", "doc_id", "source", "path", "locator", "line_start", "line_end", "heading", "text",
+    "modality", "mime_type", "memory_type", "original_file_path", "created_at", "media_type",
+]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """One search result: where it is, how it scored, and the snippet that shows why."""
+
+    path: str
+    source: str
+    locator: str
+    score: float
+    snippet: str
+    modality: str
+    mime_type: str
+    line_start: int
+    line_end: int
+    heading: str
+    memory_type: str
+    vector_score: float
+    text_score: float
+    chunk_id: str
+    relevance: float = 0.0  # the calibrated evidence min_score compares (== score with weighted fusion)
+    doc_id: str = ""
+    date: str = ""  # the note's date: from a dated file name, else the file's mtime (YYYY-MM-DD)
+    snippet_locator: str = ""  # the lines the snippet shows (L14-L16), else the chunk's locator
+    highlights: tuple[tuple[int, int], ...] = ()  # [start, end) character spans of matched terms in snippet
+    media_type: str = ""  # image | audio | video | document for media rows
+
+    def to_json(self) -> dict:
+        out = asdict(self)
+        out["highlights"] = [list(h) for h in self.highlights]
+        return out
+
+
+@dataclass(frozen=True)
+class QueryOptions:
+    """One query's knobs; the defaults come from ``settings.query``."""
+
+    max_results: int
+    min_score: float
+    mode: str = "hybrid"
+    fusion: str = "weighted"
+    mmr: bool = False
+    mmr_lambda: float = 0.7
+    recency_half_life_days: float = 0.0
+    filters: SearchFilters = field(default_factory=SearchFilters)
+    now: datetime | None = None
+    query_media: tuple[tuple[str, str], ...] = ()  # (path, mime) embedded natively as the query vector
+
+
+class MemorySearcher:
+    """The table and provider opened once; each ``search`` is one query (what eval and benchmarks reuse)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        # The current generation: while a new model's generation builds, this is still the old one,
+        # and the query is embedded by the provider that built it.
+        table_name, record = generations.current(settings)
+        self.store = VectorStore(settings.lancedb_uri, table_name)
+        self.table = self.store.open()
+        self.dims = self.store.dims() if self.table is not None else 0
+        self.provider = query_provider(settings, record) if self.dims else None
+        self.has_ann = self.store.vector_index() is not None if self.dims else False
+        self._pool: ThreadPoolExecutor | None = None
+
+    def options(self, **kw) -> QueryOptions:
+        """One query's options: the knobs given (None means unset), the rest from ``settings.query``."""
+        q = self.settings.query
+        return QueryOptions(
+            max_results=kw.pop("max_results", None) or q.max_results,
+            min_score=q.min_score if kw.get("min_score") is None else kw["min_score"],
+            mode=kw.get("mode") or "hybrid",
+            fusion=kw.get("fusion") or q.fusion,
+            mmr=q.mmr if kw.get("mmr") is None else kw["mmr"],
+            mmr_lambda=q.mmr_lambda if kw.get("mmr_lambda") is None else kw["mmr_lambda"],
+            recency_half_life_days=(
+                q.recency_half_life_days if kw.get("recency_half_life_days") is None else kw["recency_half_life_days"]
+            ),
+            filters=kw.get("filters") or SearchFilters(),
+            now=kw.get("now"),
+            query_media=tuple(kw.get("query_media") or ()),
+        )
+
+    def search(self, query: str, opts: QueryOptions) -> list[SearchResult]:
+        """The best ``opts.max_results`` results of one query."""
+        terms = query_terms(query)
+        return [self._result(c, terms) for c in self.ranked(query, opts)[: opts.max_results]]
+
+    def ranked(self, query: str, opts: QueryOptions, *, pool: int | None = None) -> list[Candidate]:
+        """Every candidate above ``min_score``, best first (MMR order when on)."""
+        if opts.mode not in MODES:
+            raise ConfigError(f"mode must be one of {', '.join(MODES)}, got {opts.mode!r}", key="mode")
+        if opts.fusion not in FUSIONS:
+            raise ConfigError(f"fusion must be one of {', '.join(FUSIONS)}, got {opts.fusion!r}", key="fusion")
+        query = query.strip()
+        native = self._native_query_vector(opts.query_media) if opts.query_media and self.table is not None else None
+        if (not query and native is None) or self.table is None:
+            return []
+        mode = opts.mode
+        if mode == "vector" and self.provider is None:
+            raise ConfigError("vector search needs an embedding provider; this index is full-text only", key="mode")
+        if self.provider is None:
+            mode = "fts"
+        if not query:
+            mode = "vector"  # a file without text: its native vector alone
+        pool = pool or max(opts.max_results * self.settings.query.candidate_multiplier, MIN_POOL)
+        where = opts.filters.where()
+        # Chunk vectors are needed to score FTS hits against the query (hybrid) and for MMR.
+        want_vectors = self.provider is not None and (mode == "hybrid" or opts.mmr)
+        # The full-text leg runs in a second thread while the query is embedded and the vector
+        # leg searched (torch and LanceDB release the GIL): hybrid costs the slower leg, not both.
+        fts_future = self._executor().submit(self._fts, query, where, pool, with_vectors=want_vectors) if mode in ("hybrid", "fts") else None
+        qvec = native
+        if qvec is None and self.provider is not None and mode != "fts":
+            try:
+                qvec = self.provider.embed_query(query)
+            except ProviderError as err:
+                # The provider is down or refuses: full-text still answers, and says so.
+                if mode == "vector":
+                    raise
+                log.warning("the query could not be embedded (%s); answering with full-text search only", err)
+                mode = "fts"
+        terms = query_terms(query)
+        candidates: dict[str, Candidate] = {}
+
+        if mode in ("hybrid", "vector") and qvec is not None:
+            q = ann_query(self.table.search(qvec, vector_column_name="vector").distance_type("cosine"), self.settings.ann)
+            if where:
+                q = q.where(where, prefilter=True)
+            for row in q.select(_COLUMNS + ["vector", "_distance"]).limit(pool).to_list():
+                vec = np.asarray(row.pop("vector"), dtype=np.float32)
+                candidates[row["chunk_id"]] = Candidate(row, sv=max(0.0, 1.0 - float(row["_distance"])), vector=vec)
+
+        fts_full = False
+        min_bm25 = 0.0
+        if fts_future is not None:
+            try:
+                text_hits = fts_future.result()
+            except FullTextUnavailable as err:
+                log.info("no full-text leg for this query: %s", err)
+                text_hits = []
+            fts_full = len(text_hits) >= pool
+            if text_hits:
+                min_bm25 = min(float(r.get("_score", 0.0)) for r in text_hits)
+            for row in text_hits:
+                bm25 = float(row.get("_score", 0.0))
+                st = text_score(terms, row, bm25)
+                vec = row.pop("vector", None)
+                existing = candidates.get(row["chunk_id"])
+                if existing is not None:
+                    existing.st = st
+                    continue
+                cand = Candidate(row, st=st)
+                if vec is not None:
+                    cand.vector = np.asarray(vec, dtype=np.float32)
+                    if qvec is not None:
+                        cand.sv = max(0.0, float(np.dot(cand.vector, qvec)))
+                candidates[row["chunk_id"]] = cand
+            if fts_full and mode == "hybrid":
+                # Vector-only candidates outside a full FTS pool: bm25 is at most the pool's lowest.
+                in_fts = {r["chunk_id"] for r in text_hits}
+                for cand in candidates.values():
+                    if cand.st == 0.0 and cand.row["chunk_id"] not in in_fts:
+                        cand.st = text_score(terms, cand.row, min_bm25)
+
+        cands = list(candidates.values())
+        self._score(cands, mode, opts, identifier_terms(query))
+        cands = [c for c in cands if c.relevance >= opts.min_score]
+        cands.sort(key=lambda c: (-c.score, c.row["path"], c.row["line_start"]))
+        if opts.mmr and len(cands) > 1:
+            cands = mmr(cands, terms, opts.mmr_lambda, limit=len(cands))
+        return cands
+
+    def _native_query_vector(self, media: Sequence[tuple[str, str]]) -> np.ndarray | None:
+        """The query files' own vector (media bytes embedded natively), when this index has native media vectors."""
+        if self.provider is None or not getattr(self.provider, "supports_multimodal", False):
+            return None
+        if not (self.settings.multimodal.native and self.settings.multimodal.enabled):
+            return None
+        from memory_pipeline.providers.base import normalize_vectors
+        from memory_pipeline.providers.gemini import MediaItem
+
+        items = []
+        for path, mime in media:
+            with open(path, "rb") as fh:
+                items.append(MediaItem(label=Path(path).name, data=fh.read(), mime_type=mime))
+        vecs = self.provider.embed_media(items)
+        return normalize_vectors(vecs.mean(axis=0))[0]
+
+    def _executor(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memory-fts")
+        return self._pool
+
+    def _fts(self, query: str, where: str | None, pool: int, *, with_vectors: bool) -> list[dict]:
+        cols = _COLUMNS + ["_score"] + (["vector"] if with_vectors else [])
+        return fts_rows(self.table, query, column=FTS_COLUMN, where=where, limit=pool, columns=cols)
+
+    def _score(self, cands: list[Candidate], mode: str, opts: QueryOptions, ids: list[str]) -> None:
+        q = self.settings.query
+        for c in cands:
+            c.relevance = relevance(c.sv, c.st, mode, q.vector_weight, q.text_weight)
+            if ids and mode != "fts":
+                c.relevance *= identifier_factor(ids, haystack(c.row))
+        # One leg alone has nothing to fuse: its order is its relevance.
+        fusion = fusion_for(opts.fusion if mode == "hybrid" else "weighted", q)
+        for c, score in zip(cands, fusion.scores(cands)):
+            c.score = score
+        if opts.recency_half_life_days > 0:
+            today = (opts.now or datetime.now(timezone.utc)).date()
+            for c in cands:
+                day = file_name_date(c.row["path"])
+                if day is None:
+                    continue  # undated (evergreen) notes do not age
+                c.score *= recency_factor(day, today, opts.recency_half_life_days)
+
+    @staticmethod
+    def _result(c: Candidate, terms: list[str]) -> SearchResult:
+        row = c.row
+        snippet, first, last, spans = make_snippet(row["text"], terms)
+        line_start, line_end = int(row["line_start"]), int(row["line_end"])
+        snippet_locator = row["locator"]
+        n_lines = row["text"].count("\n") + 1
+        if row["modality"] in ("markdown", "text") and n_lines == line_end - line_start + 1:
+            snippet_locator = f"L{line_start + first}-L{line_start + last}"
+        day = note_date(row["path"], row.get("created_at"))
+        return SearchResult(
+            path=row["original_file_path"] or str(Path(row["path"])),
+            source=row["source"],
+            locator=row["locator"],
+            score=round(float(c.score), 4),
+            snippet=snippet,
+            modality=row["modality"],
+            mime_type=row["mime_type"],
+            line_start=line_start,
+            line_end=line_end,
+            heading=row["heading"] or "",
+            memory_type=row["memory_type"] or "text",
+            vector_score=round(float(c.sv), 4),
+            text_score=round(float(c.st), 4),
+            chunk_id=row["chunk_id"],
+            relevance=round(float(c.relevance), 4),
+            doc_id=row.get("doc_id") or "",
+            date=day.isoformat() if day else "",
+            snippet_locator=snippet_locator,
+            highlights=spans,
+            media_type=row.get("media_type") or "",
+        )
+
+
+
+def search(
+    query: str,
+    *,
+    settings: Settings | None = None,
+    config: str | None = None,
+    max_results: int | None = None,
+    min_score: float | None = None,
+    mode: str = "hybrid",
+    source: str | None = None,
+    path_glob: str | None = None,
+    modality: str | Sequence[str] | None = None,
+    types: Sequence[str] | None = None,
+    since: date | str | None = None,
+    until: date | str | None = None,
+    fusion: str | None = None,
+    mmr: bool | None = None,
+    mmr_lambda: float | None = None,
+    recency_half_life_days: float | None = None,
+    now: datetime | None = None,
+    query_media: Sequence[tuple[str, str]] | None = None,
+) -> list[SearchResult]:
+    """Search the memory index; results best first, each with relevance above ``min_score``."""
+    settings = settings or load_settings(config)
+    searcher = MemorySearcher(settings)
+    filters = SearchFilters(
+        source=source,
+        modality=(modality,) if isinstance(modality, str) else tuple(modality or ()),
+        path_glob=path_glob,
+        since=_as_date(since, "since"),
+        until=_as_date(until, "until"),
+        types=tuple(types or ()),
+    )
+    opts = searcher.options(
+        max_results=max_results,
+        min_score=min_score,
+        mode=mode,
+        fusion=fusion,
+        mmr=mmr,
+        mmr_lambda=mmr_lambda,
+        recency_half_life_days=recency_half_life_days,
+        filters=filters,
+        now=now,
+        query_media=query_media,
+    )
+    return searcher.search(query, opts)
+
+
+def _as_date(value: date | str | None, key: str) -> date | None:
+    if value is None or isinstance(value, date):
+        return value
+    try:
+        return date.fromisoformat(value)
+    except ValueError as err:
+        raise ConfigError(f"{key} must be a date YYYY-MM-DD, got {value!r}", key=key) from err
+

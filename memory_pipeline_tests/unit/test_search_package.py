@@ -1,0 +1,268 @@
+"""The search package's parts without an index: fusion strategies, SQL prefilters, path globs,
+and the full-text leg's failures typed (pinned against the real LanceDB)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import date, datetime, timezone
+from pathlib import Path
+
+import lancedb
+import pyarrow as pa
+import pytest
+from lancedb.index import FTS
+
+from memory_pipeline.discovery import glob_match as discovery_glob_match
+from memory_pipeline.errors import ConfigError, FullTextUnavailable, SearchError
+from memory_pipeline.globs import compile_glob, glob_match, glob_regex, glob_to_rust_regex
+from memory_pipeline.search import (
+    FUSION_STRATEGIES,
+    RRFFusion,
+    SearchFilters,
+    WeightedFusion,
+    fts_rows,
+    fusion_for,
+    is_phrase_query,
+)
+from memory_pipeline.settings import FUSIONS, QueryConfig
+
+
+@dataclass
+class _C:
+    sv: float
+    st: float
+    relevance: float = 0.0
+
+
+# --- fusion -----------------------------------------------------------------------------------
+
+K = 60
+_RRF_CASES = [
+    # (vector weight, text weight, candidates (sv, st), expected scores)
+    pytest.param(0.7, 0.3, [(0.9, 0.5)], [1.0], id="first-in-both-legs-is-1"),
+    pytest.param(
+        0.7, 0.3, [(0.9, 0.1), (0.5, 0.8), (0.0, 0.3)],
+        [(0.7 / 61 + 0.3 / 63) / (1 / 61), (0.7 / 62 + 0.3 / 61) / (1 / 61), (0.3 / 62) / (1 / 61)],
+        id="hand-computed",
+    ),
+    pytest.param(0.5, 0.5, [(0.0, 0.0), (0.4, 0.0)], [0.0, (0.5 / 61) / (1 / 61)], id="no-score-no-share"),
+    pytest.param(0.5, 0.5, [(0.6, 0.2), (0.6, 0.2)], [1.0, (0.5 / 62 + 0.5 / 62) / (1 / 61)], id="ties-keep-input-order"),
+    pytest.param(0.0, 0.0, [(0.9, 0.9)], [0.0], id="zero-weights"),
+    pytest.param(1.0, 0.0, [(0.2, 0.9), (0.8, 0.1)], [(1 / 62) / (1 / 61), 1.0], id="vector-only-weight"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("wv, wt, legs, expected", _RRF_CASES)
+def test_rrf_fusion(wv: float, wt: float, legs: list[tuple[float, float]], expected: list[float]):
+    got = RRFFusion(vector_weight=wv, text_weight=wt, k=K).scores([_C(sv, st) for sv, st in legs])
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected):
+        assert math.isclose(g, e, rel_tol=1e-12, abs_tol=1e-15), (got, expected)
+        assert 0.0 <= g <= 1.0
+
+
+@pytest.mark.parametrize(
+    "cands",
+    [[], [_C(0.9, 0.1, 0.8)], [_C(0.0, 0.7, 0.2), _C(0.9, 0.0, 0.61), _C(0.3, 0.3, 0.0)]],
+)
+def test_weighted_fusion_orders_by_relevance(cands: list[_C]):
+    assert WeightedFusion().scores(cands) == [c.relevance for c in cands]
+
+
+@pytest.mark.parametrize(
+    "name, query, expected",
+    [
+        ("weighted", QueryConfig(), WeightedFusion()),
+        ("rrf", QueryConfig(), RRFFusion(vector_weight=0.7, text_weight=0.3, k=60)),
+        ("rrf", QueryConfig(vector_weight=0.2, text_weight=0.8, rrf_k=5), RRFFusion(vector_weight=0.2, text_weight=0.8, k=5)),
+    ],
+)
+def test_fusion_is_chosen_by_name_with_knobs_from_settings(name: str, query: QueryConfig, expected):
+    got = fusion_for(name, query)
+    assert got == expected and got.name == name
+
+
+def test_every_configurable_fusion_has_a_strategy():
+    assert tuple(FUSION_STRATEGIES) == FUSIONS
+    with pytest.raises(ConfigError, match="fusion must be one of weighted, rrf"):
+        fusion_for("borda", QueryConfig())
+
+
+# --- path globs -------------------------------------------------------------------------------
+
+_GLOB_CASES = [
+    # (glob, path, matches)
+    ("**/*.md", "MEMORY.md", True),
+    ("**/*.md", "memory/2026-10-01.md", True),
+    ("**/*.md", "a/b/c.md", True),
+    ("**/*.md", "x.md.bak", False),
+    ("*.md", "MEMORY.md", True),
+    ("*.md", "memory/a.md", False),
+    ("memory/*", "memory/a.md", True),
+    ("memory/*", "memory/sub/a.md", False),
+    ("memory/**", "memory/sub/a.md", True),
+    ("memory/**", "memoryx/a.md", False),
+    ("**", "anything/at/all", True),
+    ("a/**/c.md", "a/c.md", True),
+    ("a/**/c.md", "a/b/d/c.md", True),
+    ("a/**/c.md", "ab/c.md", False),
+    ("?EMORY.md", "MEMORY.md", True),
+    ("?EMORY.md", "/EMORY.md", False),
+    ("notes-x/y+z.txt", "notes-x/y+z.txt", True),
+    ("notes-x/y+z.txt", "notes-x/yyz.txt", False),
+    ("a.md", "aXmd", False),  # a dot is literal
+    ("(x)|[y]{2}^$#&~\\.md", "(x)|[y]{2}^$#&~\\.md", True),  # every metacharacter literal
+    ("my notes/*.md", "my notes/café.md", True),
+    ("*.MD", "a.md", False),  # case-sensitive
+    ("*.md", "a.md\n", False),  # the end is the end, not before a newline
+    ("projects/", "projects/", True),  # a folder prefix (discovery prunes folders with "rel/")
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("glob, path, expected", _GLOB_CASES)
+def test_glob_match_in_python(glob: str, path: str, expected: bool):
+    assert glob_match(path, glob) is expected
+    assert discovery_glob_match(path, glob) is expected  # the same semantics discovery has
+
+
+def test_python_and_lancedb_select_the_same_paths(tmp_path: Path):
+    """The Rust regex LanceDB runs selects exactly what the Python regex does, case by case."""
+    paths = sorted({p for _, p, _ in _GLOB_CASES})
+    table = lancedb.connect(str(tmp_path)).create_table("t", pa.table({"path": paths}))
+    for glob in sorted({g for g, _, _ in _GLOB_CASES}):
+        where = "regexp_like(path, '" + glob_to_rust_regex(glob).replace("'", "''") + "')"
+        in_lance = set(table.search().where(where).select(["path"]).limit(100).to_arrow().column("path").to_pylist())
+        in_python = {p for p in paths if glob_match(p, glob)}
+        assert in_lance == in_python, glob
+
+
+@pytest.mark.parametrize(
+    "glob, rust",
+    [
+        ("**/*.md", r"^(.*/)?[^/]*\.md$"),
+        ("memory/**", r"^memory/.*$"),
+        ("?a-b", r"^[^/]a\-b$"),
+    ],
+)
+def test_glob_translations(glob: str, rust: str):
+    assert glob_to_rust_regex(glob) == rust
+    assert glob_regex(glob) == rust[1:-1]
+    assert compile_glob(glob).pattern == rust[1:-1] + r"\Z"
+
+
+# --- SQL prefilters ---------------------------------------------------------------------------
+
+_FILTER_CASES = [
+    # (filters, the paths selected)
+    (SearchFilters(), {"memory/2026-10-01.md", "memory/2026-10-20.md", "photos/receipt.png", "MEMORY.md", "work/it's.txt"}),
+    (SearchFilters(source="work"), {"work/it's.txt"}),
+    (SearchFilters(source="it's"), set()),
+    (SearchFilters(modality=("image",)), {"photos/receipt.png"}),
+    (SearchFilters(modality=("image", "text")), {"photos/receipt.png", "work/it's.txt"}),
+    (SearchFilters(types=("image",)), {"photos/receipt.png"}),
+    (SearchFilters(types=("text",)), {"memory/2026-10-01.md", "memory/2026-10-20.md", "MEMORY.md", "work/it's.txt"}),
+    (SearchFilters(types=("image", "text")), {"memory/2026-10-01.md", "memory/2026-10-20.md", "photos/receipt.png", "MEMORY.md", "work/it's.txt"}),
+    (SearchFilters(path_glob="memory/*.md"), {"memory/2026-10-01.md", "memory/2026-10-20.md"}),
+    (SearchFilters(path_glob="**/it's.txt"), {"work/it's.txt"}),
+    (SearchFilters(since=date(2026, 10, 10)), {"memory/2026-10-20.md", "MEMORY.md", "photos/receipt.png"}),
+    (SearchFilters(until=date(2026, 10, 1)), {"memory/2026-10-01.md", "work/it's.txt"}),
+    (SearchFilters(since=date(2026, 10, 20), until=date(2026, 10, 20)), {"memory/2026-10-20.md"}),
+    (SearchFilters(source="mem", path_glob="memory/**", since=date(2026, 10, 2)), {"memory/2026-10-20.md"}),
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def filter_table(tmp_path_factory):
+    rows = [
+        # path, source, modality, memory_type, mtime
+        ("memory/2026-10-01.md", "mem", "markdown", "text", datetime(2026, 12, 1, tzinfo=timezone.utc)),
+        ("memory/2026-10-20.md", "mem", "markdown", "text", datetime(2026, 12, 1, tzinfo=timezone.utc)),
+        ("photos/receipt.png", "mem", "image", "image", datetime(2026, 11, 5, tzinfo=timezone.utc)),
+        ("MEMORY.md", "mem", "markdown", "text", datetime(2026, 10, 15, tzinfo=timezone.utc)),
+        ("work/it's.txt", "work", "text", "text", datetime(2026, 9, 1, tzinfo=timezone.utc)),
+    ]
+    cols = ("path", "source", "modality", "memory_type")
+    data = {c: [r[i] for r in rows] for i, c in enumerate(cols)}
+    data["created_at"] = pa.array([r[4] for r in rows], pa.timestamp("us", tz="UTC"))
+    return lancedb.connect(str(tmp_path_factory.mktemp("filters"))).create_table("t", pa.table(data))
+
+
+@pytest.mark.parametrize("filters, expected", _FILTER_CASES)
+def test_filters_select_inside_lancedb(filter_table, filters: SearchFilters, expected: set[str]):
+    q = filter_table.search()
+    where = filters.where()
+    if where:
+        q = q.where(where)
+    assert set(q.select(["path"]).limit(100).to_arrow().column("path").to_pylist()) == expected
+
+
+@pytest.mark.parametrize(
+    "filters, message",
+    [
+        (SearchFilters(types=("photo",)), "--type must be one of"),
+        (SearchFilters(since=date(2026, 2, 1), until=date(2026, 1, 1)), "empty"),
+    ],
+)
+def test_bad_filters_are_config_errors(filters: SearchFilters, message: str):
+    with pytest.raises(ConfigError, match=message):
+        filters.where()
+
+
+# --- the full-text leg: what LanceDB raises, typed --------------------------------------------
+
+_DOCS = ["hello world ERR_PAYMENT_4471", "deploy notes for mon-03.fra.internal", "团建预算 café"]
+_ODD_QUERIES = ['"unbalanced', "a AND", "(", "*", "!!!", "hello)", "foo:bar", "NOT", "\\", '"', '"hello']
+
+
+def _fts_table(tmp_path: Path, *, index: bool, positions: bool = False):
+    table = lancedb.connect(str(tmp_path)).create_table("t", pa.table({"id": ["a", "b", "c"], "search_text": _DOCS}))
+    if index:
+        config = FTS(base_tokenizer="icu", with_position=positions, remove_stop_words=False, ascii_folding=True)
+        table.create_index("search_text", config=config, replace=True)
+    return table
+
+
+def _ids(table, query: str, where: str | None = None, column: str = "search_text") -> list[str]:
+    return [r["id"] for r in fts_rows(table, query, column=column, where=where, limit=10, columns=["id", "_score"])]
+
+
+@pytest.mark.parametrize("index, positions", [(False, False), (True, False), (True, True)])
+def test_odd_syntax_and_a_missing_index_are_no_errors(tmp_path: Path, index: bool, positions: bool):
+    table = _fts_table(tmp_path, index=index, positions=positions)
+    assert _ids(table, "hello") == ["a"]
+    assert _ids(table, "mon-03.fra.internal") == ["b"]
+    for query in _ODD_QUERIES:
+        assert isinstance(_ids(table, query), list), query
+
+
+@pytest.mark.parametrize(
+    "index, positions, phrase_ok",
+    [(False, False, True), (True, True, True), (True, False, False)],
+)
+def test_a_phrase_needs_positions_or_no_index(tmp_path: Path, index: bool, positions: bool, phrase_ok: bool):
+    table = _fts_table(tmp_path, index=index, positions=positions)
+    if phrase_ok:
+        assert _ids(table, '"hello world"') == ["a"]
+    else:
+        with pytest.raises(FullTextUnavailable, match="positions") as info:
+            _ids(table, '"hello world"')
+        assert isinstance(info.value.__cause__, ValueError) and info.value.query == '"hello world"'
+    assert _ids(table, 'say "hello world" now') == ["a"]  # quotes inside: words, never a phrase
+
+
+def test_other_failures_are_search_errors_not_swallowed(tmp_path: Path):
+    table = _fts_table(tmp_path, index=True)
+    with pytest.raises(SearchError) as info:
+        _ids(table, "hello", where="no_such_column = 1")
+    assert not isinstance(info.value, FullTextUnavailable)
+    with pytest.raises(FullTextUnavailable, match="no full-text column"):
+        _ids(table, "hello", column="no_such_column")
+
+
+@pytest.mark.parametrize(
+    "query, phrase",
+    [('"a b"', True), ('""', True), ('"x"', True), ('"', False), ('"a b', False), ('a "b c"', False), ('"a" b', False), ("a", False)],
+)
+def test_is_phrase_query(query: str, phrase: bool):
+    assert is_phrase_query(query) is phrase
