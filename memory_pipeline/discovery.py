@@ -14,13 +14,13 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
-import re
 import stat as stat_mod
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from memory_pipeline.globs import glob_match
 from memory_pipeline.safeio import OpenedFile, list_folder, open_file
 from memory_pipeline.settings import Settings, SourceConfig
 
@@ -98,34 +98,6 @@ def shard_of(source: str, rel_path: str) -> str:
     """The partition a file belongs to forever: a stable hash of (source, path)."""
     digest = hashlib.blake2b(f"{source}\0{rel_path}".encode(), digest_size=8).digest()
     return SHARD_KEYS[int.from_bytes(digest, "big") % NUM_SHARDS]
-
-
-@lru_cache(maxsize=256)
-def _glob_regex(pattern: str) -> re.Pattern[str]:
-    out = []
-    i = 0
-    while i < len(pattern):
-        if pattern.startswith("**/", i):
-            out.append("(?:.*/)?")
-            i += 3
-        elif pattern.startswith("**", i):
-            out.append(".*")
-            i += 2
-        elif pattern[i] == "*":
-            out.append("[^/]*")
-            i += 1
-        elif pattern[i] == "?":
-            out.append("[^/]")
-            i += 1
-        else:
-            out.append(re.escape(pattern[i]))
-            i += 1
-    return re.compile("".join(out) + r"\Z")
-
-
-def glob_match(rel_path: str, pattern: str) -> bool:
-    """Match a POSIX relative path against a glob where ``**`` spans folders."""
-    return _glob_regex(pattern).match(rel_path) is not None
 
 
 def is_selected(rel_path: str, source: SourceConfig) -> bool:

@@ -13,7 +13,6 @@ import pyarrow as pa
 import pytest
 from lancedb.index import FTS
 
-from memory_pipeline.discovery import glob_match as discovery_glob_match
 from memory_pipeline.errors import ConfigError, FullTextUnavailable, SearchError
 from memory_pipeline.globs import compile_glob, glob_match, glob_regex, glob_to_rust_regex
 from memory_pipeline.search import (
@@ -123,7 +122,6 @@ _GLOB_CASES = [
 @pytest.mark.parametrize("glob, path, expected", _GLOB_CASES)
 def test_glob_match_in_python(glob: str, path: str, expected: bool):
     assert glob_match(path, glob) is expected
-    assert discovery_glob_match(path, glob) is expected  # the same semantics discovery has
 
 
 def test_python_and_lancedb_select_the_same_paths(tmp_path: Path):
