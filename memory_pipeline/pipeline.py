@@ -452,6 +452,8 @@ def extract_content(settings: Settings, shards: Sequence[str]) -> ExtractCounts:
 
 def _extract_shards(settings: Settings, shards, todo, roots, options, counts: ExtractCounts, total: int) -> None:
     done = 0
+    if total:
+        progress.report("extract", 0, total, "files")
     for shard in shards:
         seg_rows: list[dict] = []
         status_rows: list[dict] = []
@@ -757,6 +759,8 @@ def embed_chunks(
             # What the batch could not do (failed, expired beyond retry, disabled) is embedded live now.
             misses = [h for h in misses if h not in vectors and h not in pending]
         slice_size = max(int(os.environ.get(EMBED_SLICE_ENV, EMBED_SLICE)), 1)
+        if misses:
+            progress.report("embed", 0, len(misses), "chunks")
         for i in range(0, len(misses), slice_size):
             batch = misses[i : i + slice_size]
             out = provider.embed_documents([texts[h] for h in batch])
