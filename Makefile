@@ -81,12 +81,14 @@ bench-quick: venv
 	$(BIN)/python benchmarks/bench_index.py --quick --out benchmarks/results-quick.json
 	$(BIN)/python benchmarks/bench_search.py --quick --out benchmarks/results-search-quick.json
 
-# `exec` keeps dagster dev in make's process group, so Ctrl-C or a SIGTERM to the
-# group stops the webserver, the daemon and the code server together.
+# `dg dev` finds the project through pyproject.toml's [tool.dg] and loads memory_pipeline.definitions
+# (the defs/ folder); VIRTUAL_ENV names the environment it runs in as the project's own. `exec` keeps
+# it in make's process group, so Ctrl-C or a SIGTERM to the group stops the webserver, the daemon and
+# the code server together.
 ui: venv
 	home=$$($(BIN)/python -c "from memory_pipeline.runner import ensure_dagster_home as h; from memory_pipeline.settings import load_settings as s; print(h(s('$(CONFIG)')))") && \
-	DAGSTER_HOME=$$home MEMORY_PIPELINE_CONFIG=$(abspath $(CONFIG)) DAGSTER_DISABLE_TELEMETRY=1 \
-		exec $(BIN)/dagster dev -h 127.0.0.1 -p $${PORT:-3000} -w workspace.yaml
+	DAGSTER_HOME=$$home MEMORY_PIPELINE_CONFIG=$(abspath $(CONFIG)) DAGSTER_DISABLE_TELEMETRY=1 VIRTUAL_ENV=$(abspath $(BIN)/..) \
+		exec $(BIN)/dg dev --host 127.0.0.1 --port $${PORT:-3000}
 
 # Regenerates the shipped sample media (deterministic: the same bytes every time).
 sample-media: venv

@@ -1,17 +1,9 @@
-"""Gathers the Dagster definitions; nothing else."""
+"""Gathers the Dagster definitions: everything under defs/, found by Dagster's defs-folder loader."""
+
+from pathlib import Path
 
 import dagster as dg
 
-from memory_pipeline.defs.assets import index_assets
-from memory_pipeline.defs.jobs import index_job
-from memory_pipeline.defs.resources import MemoryConfigResource
-from memory_pipeline.defs.schedules import nightly_reconciliation_schedule
-from memory_pipeline.defs.sensors import batch_jobs_sensor, memory_files_sensor
-
-defs = dg.Definitions(
-    assets=index_assets,
-    jobs=[index_job],
-    sensors=[memory_files_sensor, batch_jobs_sensor],
-    schedules=[nightly_reconciliation_schedule],
-    resources={"memory_config": MemoryConfigResource()},
-)
+# Module-level (not @dg.definitions) so callers read `defs` as a Definitions object; loading
+# imports the defs modules and reads pyproject.toml's [tool.dg], nothing else.
+defs = dg.load_from_defs_folder(path_within_project=Path(__file__).parent)

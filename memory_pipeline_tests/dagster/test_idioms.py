@@ -1,0 +1,207 @@
+"""Dagster used the way its users expect: owners, tags, kinds and code references on every asset;
+standard table metadata after a materialization; problem lists as tables; checks that run alone."""
+
+from __future__ import annotations
+
+import shutil
+import tomllib
+from pathlib import Path
+
+import dagster as dg
+import lancedb
+import pytest
+
+from memory_pipeline.definitions import defs
+from memory_pipeline.defs.assets import _MAX_LISTED, _problems, index_assets, index_coverage
+from memory_pipeline.defs.checks import CHECKS, COVERAGE, index_coverage_checks
+from memory_pipeline.defs.partitions import FULL_RANGE_TAGS
+from memory_pipeline.defs.resources import MemoryConfigResource
+from memory_pipeline.models import CHUNKS_SCHEMA, MANIFEST_SCHEMA, SEGMENTS_SCHEMA
+from memory_pipeline.settings import load_settings
+from memory_pipeline_tests.conftest import SAMPLE, TEXT_ONLY, write_config
+from memory_pipeline_tests.helpers import LOGGERS, REPO, asset_metadata, materialize
+
+ASSETS = ("source_files", "extracted_content", "memory_chunks", "chunk_embeddings", "memory_vectors", "index_coverage")
+LAYERS = {
+    "source_files": "ingest",
+    "extracted_content": "ingest",
+    "memory_chunks": "ingest",
+    "chunk_embeddings": "index",
+    "memory_vectors": "index",
+    "index_coverage": "analytics",
+}
+# What runner._summary reads back from the materializations.
+RUNNER_KEYS = {
+    "source_files": {"files_seen", "files_changed", "files_deleted", "files_repaired"},
+    "memory_chunks": {"chunks"},
+    "chunk_embeddings": {"embedded", "cached", "tokens_total", "est_cost_usd", "provider", "model", "dims", "mode", "batch", "requested_provider", "fallback_reason"},
+    "memory_vectors": {"rows_written", "rows_deleted", "table_rows", "files_pending", "generation", "table"},
+    "index_coverage": {"coverage"},
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """The sample indexed once, plus a file discovery skips and one extraction fails on; (config, result)."""
+    root = tmp_path_factory.mktemp("idioms")
+    mem = root / "mem"
+    shutil.copytree(SAMPLE, mem, ignore=TEXT_ONLY)
+    (mem / "empty.md").write_bytes(b"")
+    (mem / "memory" / "latin1.md").write_bytes("caf\xe9\n".encode("latin-1"))
+    config = write_config(root / "memory_pipeline.yaml")
+    with dg.instance_for_test() as instance:
+        result = materialize(config, instance, tags=dict(FULL_RANGE_TAGS))
+        assert result.success
+        yield config, result
+
+
+def _specs() -> dict[str, dg.AssetSpec]:
+    return {spec.key.to_user_string(): spec for spec in defs.resolve_all_asset_specs()}
+
+
+def test_pyproject_declares_the_dg_project():
+    dg_config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["dg"]
+    assert dg_config["directory_type"] == "project"
+    assert dg_config["project"]["root_module"] == "memory_pipeline"
+    assert dg_config["project"]["defs_module"] == "memory_pipeline.defs"
+    # definitions.py loads the defs folder: what it yields is what lives there.
+    repo = defs.get_repository_def()
+    assert {k.to_user_string() for k in repo.asset_graph.get_all_asset_keys()} == set(ASSETS)
+    assert {k.name for k in repo.asset_graph.asset_check_keys} == set(CHECKS)
+    assert set(defs.resources) == {"memory_config"}
+
+
+def test_every_asset_has_owners_tags_kinds_description_and_a_code_reference():
+    specs = _specs()
+    assert set(specs) == set(ASSETS)
+    assets_py = (REPO / "memory_pipeline" / "defs" / "assets.py").read_text().splitlines()
+    for name, spec in specs.items():
+        assert spec.owners == ["team:memory"], name
+        assert spec.tags.get("layer") == LAYERS[name], name
+        assert spec.kinds, name
+        assert spec.description, name
+        refs = spec.metadata["dagster/code_references"].code_references
+        assert refs, name
+        ref = refs[0]
+        assert isinstance(ref, dg.LocalFileCodeReference), name
+        assert Path(ref.file_path) == REPO / "memory_pipeline" / "defs" / "assets.py", name
+        # The line is where the asset's definition starts (its decorator), and its function follows.
+        first_def = next(line for line in assets_py[ref.line_number - 1 :] if line.startswith("def "))
+        assert assets_py[ref.line_number - 1].startswith("@dg.asset(") and first_def.startswith(f"def {name}("), (name, ref.line_number)
+
+
+def test_checks_are_defined_apart_from_the_asset_and_keep_their_blocking():
+    graph = defs.get_repository_def().asset_graph
+    for key in graph.asset_check_keys:
+        spec = graph.get_check_spec(key)
+        assert key.asset_key == COVERAGE
+        assert spec.blocking == CHECKS[key.name][0], key.name
+        assert spec.description == CHECKS[key.name][1]
+    # index_coverage itself computes no check: running a check needs no materialization.
+    assert list(index_coverage.check_specs) == []
+    assert index_coverage_checks.check_keys == graph.asset_check_keys
+
+
+def test_every_materialization_reports_row_count_and_column_schema(built):
+    config, result = built
+    meta = {name: asset_metadata(result, name) for name in ASSETS}
+    for name in ASSETS:
+        assert isinstance(meta[name]["dagster/row_count"], int), name
+        assert meta[name]["dagster/row_count"] > 0, name
+        assert isinstance(meta[name]["dagster/column_schema"], dg.TableSchema), name
+    columns = {name: [c.name for c in meta[name]["dagster/column_schema"].columns] for name in ASSETS}
+    assert columns["source_files"] == MANIFEST_SCHEMA.names
+    assert columns["extracted_content"] == SEGMENTS_SCHEMA.names
+    assert columns["memory_chunks"] == CHUNKS_SCHEMA.names
+    assert columns["chunk_embeddings"] == ["content_hash", "vector"]
+    vector_type = {c.name: c.type for c in meta["memory_vectors"]["dagster/column_schema"].columns}["vector"]
+    assert "384" in vector_type
+    assert {"chunk_id", "path", "text", "embedding_model"} <= set(columns["memory_vectors"])
+    assert {"source", "modality", "files_indexed", "coverage"} <= set(columns["index_coverage"])
+    # The numbers are the truth.
+    table = lancedb.connect(load_settings(config).lancedb_uri).open_table("memory_vectors")
+    assert meta["memory_vectors"]["dagster/row_count"] == meta["memory_vectors"]["table_rows"] == table.count_rows()
+    assert meta["source_files"]["dagster/row_count"] == meta["source_files"]["files_seen"] == 19
+    assert meta["extracted_content"]["dagster/row_count"] == meta["extracted_content"]["segments"]
+    assert meta["memory_chunks"]["dagster/row_count"] == meta["memory_chunks"]["chunks"]
+    assert meta["chunk_embeddings"]["dagster/row_count"] == meta["chunk_embeddings"]["unique"]
+    assert meta["index_coverage"]["dagster/row_count"] == 2  # mem × markdown, mem × session
+    # A full-range run holds every partition.
+    for name in ("source_files", "extracted_content", "memory_chunks", "chunk_embeddings"):
+        assert meta[name]["dagster/partition_row_count"] == meta[name]["dagster/row_count"], name
+    # The keys the CLI's summary reads are still there.
+    for name, keys in RUNNER_KEYS.items():
+        assert keys <= set(meta[name]), (name, keys - set(meta[name]))
+
+
+def test_problem_lists_are_table_metadata(built):
+    _, result = built
+    problems = _event_metadata(result, "source_files")["problems"]
+    failures = _event_metadata(result, "extracted_content")["failures"]
+    chunk_failures = _event_metadata(result, "memory_chunks")["failures"]
+    for value in (problems, failures, chunk_failures):
+        assert isinstance(value, dg.TableMetadataValue)
+        assert [c.name for c in value.schema.columns] == ["path", "status", "reason"]
+    rows = {Path(r.data["path"]).name: r.data for r in problems.records}
+    assert rows["empty.md"]["status"] == "skipped" and rows["empty.md"]["reason"]
+    failed = {Path(r.data["path"]).name: r.data for r in failures.records}
+    assert failed["latin1.md"]["status"] == "failed" and failed["latin1.md"]["reason"]
+
+
+def test_problem_lists_are_capped():
+    rows = [{"path": f"/m/{i}.md", "status": "failed", "reason": "unreadable"} for i in range(_MAX_LISTED + 7)]
+    table = _problems(rows)
+    assert len(table.records) == _MAX_LISTED + 1
+    assert table.records[-1].data == {"path": "…", "status": "", "reason": "7 more"}
+    assert len(_problems(rows[:3]).records) == 3 and _problems([]).records == []
+
+
+def _event_metadata(result, asset: str) -> dict:
+    """The metadata values as Dagster recorded them (MetadataValue objects)."""
+    for event in result.get_asset_materialization_events():
+        mat = event.event_specific_data.materialization
+        if mat.asset_key.to_user_string() == asset:
+            return dict(mat.metadata)
+    raise AssertionError(f"{asset} not materialized")
+
+
+def _run_check_alone(config: Path, instance, name: str):
+    return dg.materialize(
+        index_assets,
+        instance=instance,
+        resources={"memory_config": MemoryConfigResource(config_path=str(config))},
+        selection=dg.AssetSelection.checks(dg.AssetCheckKey(COVERAGE, name)),
+        run_config=LOGGERS,
+        raise_on_error=False,
+    )
+
+
+@pytest.mark.parametrize("name", sorted(CHECKS))
+def test_each_check_runs_alone_on_the_built_index(built, name: str):
+    config, _ = built
+    with dg.instance_for_test() as instance:
+        result = _run_check_alone(config, instance, name)
+        assert result.success
+        assert result.get_asset_materialization_events() == []  # nothing was materialized
+        [evaluation] = result.get_asset_check_evaluations()
+    assert evaluation.check_name == name and evaluation.asset_key == COVERAGE
+    assert evaluation.passed, evaluation.metadata
+    assert "count" in evaluation.metadata and "offending_paths" in evaluation.metadata
+
+
+def test_a_check_run_alone_judges_the_table_as_it_is_now(built):
+    """A fault planted after the last materialization is found by the check alone, and a blocking one fails its run."""
+    config, _ = built
+    table = lancedb.connect(load_settings(config).lancedb_uri).open_table("memory_vectors")
+    row = {k: v for k, v in table.search().limit(1).to_list()[0].items() if not k.startswith("_")}
+    table.add([row | {"chunk_id": "f" * 32, "doc_id": "mem:gone.md", "path": "gone.md"}])
+    try:
+        with dg.instance_for_test() as instance:
+            result = _run_check_alone(config, instance, "index_coverage_no_orphans_check")
+            [evaluation] = result.get_asset_check_evaluations()
+            assert not result.success  # blocking
+            assert result.get_asset_materialization_events() == []
+        assert not evaluation.passed
+        assert evaluation.metadata["offending_paths"].value == ["gone.md"]
+    finally:
+        table.delete(f"chunk_id = '{'f' * 32}'")
