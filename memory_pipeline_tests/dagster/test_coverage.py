@@ -100,12 +100,27 @@ def test_coverage_equals_the_truth(sample_config: Path, sample_dir: Path):
         assert checks[name].passed, name
 
 
-@pytest.mark.parametrize("fault, check", [
-    ("orphan", "index_coverage_no_orphans_check"),
-    ("duplicate", "index_coverage_no_duplicates_check"),
-    ("model", "index_coverage_single_model_check"),
+def _check_alone(config: Path, instance, name: str):
+    """Only the check, against the table as it is now (nothing materialized first)."""
+    return dg.materialize(
+        index_assets,
+        instance=instance,
+        resources={"memory_config": MemoryConfigResource(config_path=str(config))},
+        selection=dg.AssetSelection.checks(dg.AssetCheckKey(dg.AssetKey("index_coverage"), name)),
+        run_config={"loggers": {"console": {"config": {"log_level": "ERROR"}}}},
+        raise_on_error=False,
+    )
+
+
+@pytest.mark.parametrize("fault, check, repaired", [
+    ("orphan", "index_coverage_no_orphans_check", True),
+    ("duplicate", "index_coverage_no_duplicates_check", False),
+    ("model", "index_coverage_single_model_check", True),
 ])  # fmt: skip
-def test_each_check_fails_on_its_fault_and_passes_after_a_clean_run(sample_config: Path, fault: str, check: str):
+def test_each_check_fails_on_its_fault_and_passes_after_a_clean_run(sample_config: Path, fault: str, check: str, repaired: bool):
+    """The check alone finds its planted fault (and, blocking, fails its run). A normal run first
+    repairs what the records can tell is wrong (rows of an unknown file, an extra row of a known
+    file) and then passes; a duplicated chunk id survives it and stops the run; --force clears all."""
     settings = load_settings(sample_config)
     with dg.instance_for_test() as instance:
         first = _run(sample_config, instance)
@@ -118,13 +133,23 @@ def test_each_check_fails_on_its_fault_and_passes_after_a_clean_run(sample_confi
         elif fault == "model":
             row |= {"chunk_id": "e" * 32, "embedding_model": "some-other-model"}
         table.add([row])  # "duplicate": the same chunk id a second time
-        # Touch nothing in the sources: only the coverage sees the fault.
-        planted = _run(sample_config, instance)
-        evaluation = _checks(planted)[check]
-        assert not evaluation.passed
+        # Touch nothing in the sources: only the table holds the fault.
+        alone = _check_alone(sample_config, instance, check)
+        [evaluation] = alone.get_asset_check_evaluations()
+        assert not evaluation.passed and not alone.success
         assert evaluation.metadata["count"].value >= 1
         assert row["path"] in evaluation.metadata["offending_paths"].value
-        assert not planted.success  # the check is blocking: the run stops
+        planted = _run(sample_config, instance)
+        repairs = next(
+            e.event_specific_data.materialization.metadata["files_repaired"].value
+            for e in planted.get_asset_materialization_events()
+            if e.event_specific_data.materialization.asset_key.to_user_string() == "source_files"
+        )
+        if repaired:
+            assert repairs == 1 and planted.success
+            assert all(e.passed for e in _checks(planted).values())
+        else:
+            assert not planted.success and not _checks(planted)[check].passed  # blocking: the run stops
         clean = _run(sample_config, instance, force=True)
         assert clean.success
         assert all(e.passed for e in _checks(clean).values()), {k: e.passed for k, e in _checks(clean).items()}
