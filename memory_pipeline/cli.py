@@ -477,77 +477,111 @@ def _iso_date(value: str):
         raise argparse.ArgumentTypeError(f"not a date YYYY-MM-DD: {value!r}") from err
 
 
+def _sub(sub, name: str, parents, help: str, example: str, more: str = ""):
+    """A subcommand whose --help ends with one example command line."""
+    return sub.add_parser(
+        name, parents=parents, help=help, description=help[:1].upper() + help[1:] + "." + (f"\n\n{more}" if more else ""),
+        epilog=f"Example:\n  {example}", formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
+
+
+JSON_HELP = "print one JSON object on stdout instead of text (for scripts and agents), e.g. --json"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="memory", description="Index and search an agent's memory folder.")
+    from memory_pipeline import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="memory", description="Index and search an agent's memory folder.",
+        epilog="Example:\n  memory index && memory search \"what did we decide about the standup\"",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
+    parser.add_argument("--version", action="version", version=f"memory_pipeline {__version__}",
+                        help="print the version and exit, e.g. memory --version")
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--config", help="memory_pipeline.yaml (default: $MEMORY_PIPELINE_CONFIG, then ./memory_pipeline.yaml)")
+    common.add_argument("--config", metavar="FILE",
+                        help="the config file (default: $MEMORY_PIPELINE_CONFIG, then ./memory_pipeline.yaml), e.g. --config ~/agent/memory_pipeline.yaml")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("index", parents=[common], help="index the configured sources (the whole Dagster graph, in-process)")
-    p.add_argument("--force", action="store_true", help="re-index every file (vectors still come from the cache)")
-    p.add_argument("--json", action="store_true", help="print one JSON summary object")
-    p.add_argument("--quiet", action="store_true", help="no progress or summary")
+    p = _sub(sub, "index", [common], "index the configured sources (the whole Dagster graph, in-process)", "memory index --json")
+    p.add_argument("--force", action="store_true", help="re-index every file (vectors still come from the cache), e.g. memory index --force")
+    p.add_argument("--json", action="store_true", help=JSON_HELP)
+    p.add_argument("--quiet", action="store_true", help="no progress or summary (errors still go to stderr), e.g. --quiet")
     p.set_defaults(func=cmd_index)
 
-    p = sub.add_parser("search", parents=[common], help="hybrid search of the index")
-    p.add_argument("query", nargs="?", default="")
-    p.add_argument("--image", metavar="FILE", help="query by an image: its OCR text, photo details and note")
-    p.add_argument("--audio", metavar="FILE", help="query by a recording: its transcript")
+    p = _sub(sub, "search", [common], "hybrid search of the index", "memory search \"standup time\" --since 2026-11-01 --max-results 5")
+    p.add_argument("query", nargs="?", default="", help="what to look for, in words, e.g. \"when is the standup\"")
+    p.add_argument("--image", metavar="FILE", help="query by an image: its OCR text, photo details and note, e.g. --image whiteboard.jpg")
+    p.add_argument("--audio", metavar="FILE", help="query by a recording: its transcript, e.g. --audio memo.m4a")
     p.add_argument("--type", action="append", choices=["image", "audio", "video", "pdf", "document", "text"],
-                   help="only results of this type (repeatable)")
-    p.add_argument("--max-results", type=int, default=None)
-    p.add_argument("--min-score", type=float, default=None)
-    p.add_argument("--mode", choices=["hybrid", "vector", "fts"], default="hybrid")
-    p.add_argument("--fusion", choices=["weighted", "rrf"], default=None, help="how hybrid fuses the legs (default: query.fusion)")
-    p.add_argument("--source", help="only this source")
-    p.add_argument("--path", help="only paths matching this glob (relative to the source)")
-    p.add_argument("--modality", action="append", help="only this modality (markdown, text, session, ...); repeatable")
-    p.add_argument("--since", type=_iso_date, help="only notes dated on or after YYYY-MM-DD (file-name date, else mtime)")
-    p.add_argument("--until", type=_iso_date, help="only notes dated on or before YYYY-MM-DD")
-    p.add_argument("--mmr", action=argparse.BooleanOptionalAction, default=None, help="diversify results (default: query.mmr)")
-    p.add_argument("--mmr-lambda", type=float, default=None, help="MMR trade-off: 1 = relevance only, 0 = diversity only")
-    p.add_argument("--recency-half-life", type=float, default=None, metavar="DAYS", help="dated notes lose half their score every DAYS (0 = off)")
-    p.add_argument("--json", action="store_true")
+                   help="only results of this type (repeatable), e.g. --type pdf --type image")
+    p.add_argument("--max-results", type=int, default=None, metavar="N", help="return at most N results (default: query.max_results), e.g. --max-results 5")
+    p.add_argument("--min-score", type=float, default=None, metavar="SCORE",
+                   help="drop results scoring below SCORE (default: query.min_score), e.g. --min-score 0.3")
+    p.add_argument("--mode", choices=["hybrid", "vector", "fts"], default="hybrid",
+                   help="hybrid (vectors + full text, the default), vector only, or fts (full text only), e.g. --mode fts")
+    p.add_argument("--fusion", choices=["weighted", "rrf"], default=None, help="how hybrid fuses the legs (default: query.fusion), e.g. --fusion rrf")
+    p.add_argument("--source", help="only this source (a name from the config's sources), e.g. --source memory")
+    p.add_argument("--path", metavar="GLOB", help="only paths matching this glob (relative to the source), e.g. --path 'memory/2026-*.md'")
+    p.add_argument("--modality", action="append", help="only this modality (markdown, text, session, ...); repeatable, e.g. --modality markdown")
+    p.add_argument("--since", type=_iso_date, metavar="DATE",
+                   help="only notes dated on or after DATE (file-name date, else mtime), e.g. --since 2026-11-01")
+    p.add_argument("--until", type=_iso_date, metavar="DATE", help="only notes dated on or before DATE, e.g. --until 2026-11-30")
+    p.add_argument("--mmr", action=argparse.BooleanOptionalAction, default=None,
+                   help="diversify results (default: query.mmr), e.g. --mmr or --no-mmr")
+    p.add_argument("--mmr-lambda", type=float, default=None, metavar="X",
+                   help="MMR trade-off: 1 = relevance only, 0 = diversity only, e.g. --mmr-lambda 0.7")
+    p.add_argument("--recency-half-life", type=float, default=None, metavar="DAYS",
+                   help="dated notes lose half their score every DAYS (0 = off), e.g. --recency-half-life 30")
+    p.add_argument("--json", action="store_true", help=JSON_HELP)
     p.set_defaults(func=cmd_search)
 
-    p = sub.add_parser("store", parents=[common], help="put a file (photo, recording, PDF, note) into memory with a note, and index it")
-    p.add_argument("--file", required=True, help="the file to store")
-    p.add_argument("--note", help="what the file is about; stored beside it as FILE.note.md and searched with it")
-    p.add_argument("--source", help="the source folder to copy into (default: the first)")
-    p.add_argument("--json", action="store_true")
+    p = _sub(sub, "store", [common], "put a file (photo, recording, PDF, note) into memory with a note, and index it",
+             "memory store --file receipt.jpg --note \"hotel receipt, Lisbon trip\"")
+    p.add_argument("--file", required=True, metavar="FILE", help="the file to store, e.g. --file receipt.jpg")
+    p.add_argument("--note", help="what the file is about; stored beside it as FILE.note.md and searched with it, e.g. --note \"hotel receipt\"")
+    p.add_argument("--source", help="the source folder to copy into (default: the first), e.g. --source memory")
+    p.add_argument("--json", action="store_true", help=JSON_HELP)
     p.set_defaults(func=cmd_store)
 
-    p = sub.add_parser("eval", parents=[common], help="retrieval quality on a BEIR-format corpus (nDCG@10, recall, MRR, latency)")
-    p.add_argument("--corpus", required=True, help="corpus.jsonl: {_id, title, text} per line")
-    p.add_argument("--queries", required=True, help="queries.jsonl: {_id, text} per line")
-    p.add_argument("--qrels", required=True, help="qrels TSV with a header: query-id, corpus-id, score")
-    p.add_argument("--mode", action="append", default=None, help="hybrid, vector, fts, lancedb-rrf; comma-separated or repeated (default: hybrid,vector,fts)")
-    p.add_argument("--keep", metavar="DIR", help="build the temporary index in DIR and keep it")
-    p.add_argument("--json", action="store_true")
+    p = _sub(sub, "eval", [common], "retrieval quality on a BEIR-format corpus (nDCG@10, recall, MRR, latency)",
+             "memory eval --corpus corpus.jsonl --queries queries.jsonl --qrels qrels/test.tsv --mode hybrid,fts")
+    p.add_argument("--corpus", required=True, metavar="FILE", help="corpus.jsonl: {_id, title, text} per line, e.g. --corpus scifact/corpus.jsonl")
+    p.add_argument("--queries", required=True, metavar="FILE", help="queries.jsonl: {_id, text} per line, e.g. --queries scifact/queries.jsonl")
+    p.add_argument("--qrels", required=True, metavar="FILE",
+                   help="qrels TSV with a header: query-id, corpus-id, score, e.g. --qrels scifact/qrels/test.tsv")
+    p.add_argument("--mode", action="append", default=None,
+                   help="hybrid, vector, fts, lancedb-rrf; comma-separated or repeated (default: hybrid,vector,fts), e.g. --mode hybrid,fts")
+    p.add_argument("--keep", metavar="DIR", help="build the temporary index in DIR and keep it, e.g. --keep /tmp/eval-index")
+    p.add_argument("--json", action="store_true", help=JSON_HELP)
     p.set_defaults(func=cmd_eval)
 
-    p = sub.add_parser("scan", parents=[common], help="what would be indexed, and why anything is skipped")
-    p.add_argument("--verbose", action="store_true", help="list every file with its type and size")
-    p.add_argument("--json", action="store_true")
+    p = _sub(sub, "scan", [common], "what would be indexed, and why anything is skipped", "memory scan --verbose")
+    p.add_argument("--verbose", action="store_true", help="list every file with its type and size, e.g. --verbose")
+    p.add_argument("--json", action="store_true", help=JSON_HELP)
     p.set_defaults(func=cmd_scan)
 
-    p = sub.add_parser("analytics", parents=[common], help="index coverage (DuckDB), or any SQL over the analytics database")
-    p.add_argument("--sql", help="a query, e.g. \"SELECT * FROM problems WHERE kind = 'failed'\"")
-    p.add_argument("--json", action="store_true")
+    p = _sub(sub, "analytics", [common], "index coverage (DuckDB), or any SQL over the analytics database",
+             "memory analytics --sql \"SELECT kind, path, detail FROM problems WHERE kind = 'failed'\"",
+             "Without --sql: the coverage table, then the files that are not fully indexed with their reasons\n"
+             "(up to 20; --json lists them all). Tables: coverage, problems, file_status, vector_rows, runs, ...")
+    p.add_argument("--sql", help="run this query and print its rows, e.g. --sql \"SELECT * FROM problems WHERE kind = 'failed'\"")
+    p.add_argument("--json", action="store_true", help=JSON_HELP)
     p.set_defaults(func=cmd_analytics)
 
-    p = sub.add_parser("generations", parents=[common], help="table generations (one per embedding model); rollback, prune")
-    p.add_argument("action", nargs="?", choices=["list", "rollback", "prune"], default="list")
-    p.add_argument("--json", action="store_true")
+    p = _sub(sub, "generations", [common], "table generations (one per embedding model); rollback, prune", "memory generations rollback")
+    p.add_argument("action", nargs="?", choices=["list", "rollback", "prune"], default="list",
+                   help="list them (the default), rollback to the previous one, or prune the previous ones, e.g. rollback")
+    p.add_argument("--json", action="store_true", help=JSON_HELP)
     p.set_defaults(func=cmd_generations)
 
-    p = sub.add_parser("doctor", parents=[common], help="check the config, each provider (one test embedding), the table and the cache")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--reset-batch", action="store_true", help="re-enable provider batch APIs disabled after failures")
+    p = _sub(sub, "doctor", [common], "check the config, each provider (one test embedding), the table and the cache", "memory doctor --json")
+    p.add_argument("--json", action="store_true", help=JSON_HELP)
+    p.add_argument("--reset-batch", action="store_true", help="re-enable provider batch APIs disabled after failures, e.g. memory doctor --reset-batch")
     p.set_defaults(func=cmd_doctor)
 
-    p = sub.add_parser("status", parents=[common], help="provider, table, sources, cache and last run")
-    p.add_argument("--json", action="store_true")
+    p = _sub(sub, "status", [common], "provider, table, sources, cache and last run", "memory status --json")
+    p.add_argument("--json", action="store_true", help=JSON_HELP)
     p.set_defaults(func=cmd_status)
     return parser
 
