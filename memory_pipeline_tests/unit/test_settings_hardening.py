@@ -19,6 +19,7 @@ import yaml
 
 from memory_pipeline.errors import ConfigError
 from memory_pipeline.settings import MAX_CONFIG_BYTES, Settings, load_settings
+from memory_pipeline_tests.unit.test_settings import load_error, write_config
 
 # Fake values of real shapes.
 PASTED = {
@@ -32,16 +33,7 @@ def base() -> dict:
     return {"sources": [{"name": "notes", "path": "notes"}]}
 
 
-def write(folder: Path, raw: dict | str) -> Path:
-    path = folder / "memory_pipeline.yaml"
-    path.write_text(raw if isinstance(raw, str) else yaml.safe_dump(raw), encoding="utf-8")
-    return path
-
-
-def load_error(folder: Path, raw: dict | str) -> ConfigError:
-    with pytest.raises(ConfigError) as info:
-        load_settings(write(folder, raw))
-    return info.value
+write = write_config  # the helpers of the settings tests, shared
 
 
 def shown(err: ConfigError) -> str:
