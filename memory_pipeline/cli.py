@@ -50,6 +50,7 @@ def cmd_index(args) -> int:
         raise
     finally:
         progress.set_listener(None)
+    _refresh_runs(settings)
     if args.json:
         _print_json({"ok": True, **summary})
         return 0
@@ -65,6 +66,18 @@ def cmd_index(args) -> int:
         for err in summary["errors"]:
             print(f"  {err['status']}: {shown(err['path'])}: {shown(err['reason'])}", file=sys.stderr)
     return 0
+
+
+def _refresh_runs(settings) -> None:
+    """The run is in runs/history.jsonl now: put it in the analytics database's `runs` table too."""
+    from memory_pipeline.stores.analytics import refresh_runs
+
+    try:
+        refresh_runs(settings)
+    except Exception as err:  # noqa: BLE001 - the index is fine; only the analytics copy lags a run
+        import logging
+
+        logging.getLogger("memory_pipeline").warning("analytics `runs` table not updated: %s: %s", type(err).__name__, err)
 
 
 def _failed_run(settings, err: BaseException) -> dict:
@@ -154,6 +167,7 @@ def cmd_store(args) -> int:
 
     settings = _settings(args)
     done = store_file(settings, args.file, note=args.note, source_name=args.source)
+    _refresh_runs(settings)
     if args.json:
         _print_json(done)
         return 0
@@ -435,17 +449,25 @@ def cmd_analytics(args) -> int:
                 _print_rows(rows)
             return 0
         coverage = query(settings, "SELECT * FROM coverage").to_pylist()
-        problems = query(settings, "SELECT kind, count(*) AS files, sum(rows) AS rows FROM problems GROUP BY kind ORDER BY kind").to_pylist()
+        problems = query(settings, "SELECT kind, count(*) AS files, sum(rows)::BIGINT AS rows FROM problems GROUP BY kind ORDER BY kind").to_pylist()
+        # The problems themselves: `detail` holds the reason (a failed or skipped file's, or what is wrong with its rows).
+        problem_files = query(settings, PROBLEM_FILES_SQL).to_pylist()
         cost = query(settings, "SELECT * FROM embedding_cost ORDER BY provider, model").to_pylist()
     except Exception as err:  # duckdb raises its own error types for bad SQL
         if type(err).__module__.startswith("duckdb") or "duckdb" in type(err).__module__:
             raise MemoryPipelineError(f"query failed: {str(err).splitlines()[0]}", hint="check the SQL; tables: coverage, problems, file_status, embedding_cost, prices, source_files, vector_rows, runs") from err
         raise
     if args.json:
-        _print_json({"coverage": coverage, "problems": problems, "embedding_cost": cost})
+        _print_json({"coverage": coverage, "problems": problems, "problem_files": problem_files, "embedding_cost": cost})
         return 0
     _print_rows(coverage)
     print()
+    if problem_files:
+        shown_rows = [{k: shown("" if r[k] is None else r[k]) for k in ("kind", "path", "reason")} for r in problem_files[:PROBLEMS_SHOWN]]
+        _print_rows(shown_rows, width=100)
+        if len(problem_files) > PROBLEMS_SHOWN:
+            print(f"… {len(problem_files) - PROBLEMS_SHOWN} more (memory analytics --json lists them all, or --sql \"SELECT * FROM problems\")")
+        print()
     _print_rows(problems) if problems else print("no problems")
     if cost:
         print()
@@ -453,16 +475,20 @@ def cmd_analytics(args) -> int:
     return 0
 
 
-def _print_rows(rows: list[dict]) -> None:
+PROBLEMS_SHOWN = 20
+PROBLEM_FILES_SQL = "SELECT kind, path, detail AS reason, doc_id, rows FROM problems ORDER BY kind, path, doc_id"
+
+
+def _print_rows(rows: list[dict], width: int = 60) -> None:
     if not rows:
         print("(no rows)")
         return
     cols = list(rows[0])
     cells = [[("" if r[c] is None else (f"{r[c]:.3f}" if isinstance(r[c], float) else str(r[c]))) for c in cols] for r in rows]
-    widths = [min(max(len(c), *(len(row[i]) for row in cells)), 60) for i, c in enumerate(cols)]
-    print("  ".join(c.ljust(w) for c, w in zip(cols, widths)))
+    widths = [min(max(len(c), *(len(row[i]) for row in cells)), width) for i, c in enumerate(cols)]
+    print("  ".join(c.ljust(w) for c, w in zip(cols, widths)).rstrip())
     for row in cells:
-        print("  ".join(v[:60].ljust(w) for v, w in zip(row, widths)))
+        print("  ".join(v[:width].ljust(w) for v, w in zip(row, widths)).rstrip())
 
 
 # --- entry point -------------------------------------------------------------------------

@@ -1,19 +1,31 @@
 """Index coverage with DuckDB: the manifest, the errors and the LanceDB table, side by side.
 
-``refresh_analytics`` rebuilds ``<data_dir>/analytics.duckdb``: views over the
-Parquet assets, a vector-free snapshot of the table's rows, and the derived
-tables ``file_status``, ``coverage`` and ``problems``. It is written to a
-temporary file and renamed into place, so parallel runs never block each other
-and a reader (the DuckDB CLI, a notebook) always sees a whole database.
+``refresh_analytics`` rebuilds ``<data_dir>/analytics.duckdb``: copies of the
+Parquet assets' records (``source_files``, ``extraction_status``,
+``indexed_state``) and of the run ledgers (``runs``, ``embedding_usage``), a
+vector-free snapshot of the table's rows, and the derived tables
+``file_status``, ``coverage`` and ``problems``. It is written to a temporary
+file and renamed into place, so parallel runs never block each other and a
+reader (the DuckDB CLI, a notebook) always sees a whole database.
 Analysts need nothing from this project to query it::
 
     duckdb data/index/analytics.duckdb "SELECT * FROM coverage"
+
+The file is portable: every table is stored in it, so a copy of the data folder
+(or of the file alone) answers from any working directory. The one view,
+``memory_chunks`` (the chunk texts, too big to copy), reads its Parquet files by
+a path relative to the data folder; DuckDB resolves relative paths against the
+process's working directory, or against ``SET file_search_path = '<data folder>'``
+when set (``query`` here sets it). A DuckDB database cannot resolve a view's path
+against its own location (no setting is stored in the file, and table functions
+take no subqueries), so: ``cd data/index && duckdb analytics.duckdb``.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -27,6 +39,10 @@ from memory_pipeline.stores.lance import FTS_COLUMN, VectorStore
 
 DB_NAME = "analytics.duckdb"
 USAGE_FILE = "embedding_usage.jsonl"
+HISTORY_FILE = "history.jsonl"
+# The columns of the ledgers' tables before their first line (then: every key of the lines).
+USAGE_COLUMNS = "run_id VARCHAR, provider VARCHAR, model VARCHAR, chunks BIGINT, tokens BIGINT, batch BOOLEAN, est_usd DOUBLE, \"at\" VARCHAR"
+RUNS_COLUMNS = "run_id VARCHAR, finished_at VARCHAR, files_seen BIGINT, files_changed BIGINT, table_rows BIGINT, errors BIGINT"
 _ROW_COLUMNS = ["chunk_id", "doc_id", "source", "path", "shard", "modality", "mime_type", "file_sha256", "embedding_model", "tokens", "indexed_at"]
 _ROWS_SCHEMA = pa.schema(
     [
@@ -133,9 +149,14 @@ class CoverageReport:
         return sorted({p["path"] for p in self.problems.get(kind, [])})
 
 
+def _sql_str(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
 def _dataset(con, name: str, pattern: Path, schema: pa.Schema) -> None:
+    # A copy, not a view: the file then answers without the Parquet files, from any directory.
     if any(pattern.parent.glob(pattern.name)):
-        con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet('{pattern.as_posix()}')")
+        con.execute(f"CREATE TABLE {name} AS SELECT * FROM read_parquet({_sql_str(pattern.as_posix())})")
     else:
         empty = schema.empty_table()  # noqa: F841 - read by DuckDB's replacement scan
         con.execute(f"CREATE TABLE {name} AS SELECT * FROM empty")
@@ -254,19 +275,18 @@ def refresh_analytics(settings: Settings, model: str, table_name: str | None = N
         _dataset(con, "indexed_state", assets / "memory_vectors" / "??.state.parquet", INDEXED_STATE_SCHEMA)
         chunks_glob = assets / "memory_chunks" / "??.parquet"
         if any(chunks_glob.parent.glob(chunks_glob.name)):
-            con.execute(f"CREATE VIEW memory_chunks AS SELECT * EXCLUDE (embed_text) FROM read_parquet('{chunks_glob.as_posix()}')")
+            # Relative to the data folder (see the module docstring); bound once here, from that folder.
+            rel = chunks_glob.relative_to(settings.data_dir).as_posix()
+            con.execute(f"SET file_search_path = {_sql_str(settings.data_dir.as_posix())}")
+            con.execute(f"CREATE VIEW memory_chunks AS SELECT * EXCLUDE (embed_text) FROM read_parquet({_sql_str(rel)})")
         con.execute("CREATE TABLE vector_rows AS SELECT * FROM vector_rows")
         con.execute("CREATE TABLE embedding_cost AS SELECT * FROM embedding_cost")
         con.execute("CREATE TABLE prices AS SELECT * FROM prices")
         con.execute(FILE_STATUS_SQL)
         con.execute(COVERAGE_SQL)
         con.execute(PROBLEMS_SQL, {"model": model})
-        usage = settings.runs_dir / USAGE_FILE
-        if usage.is_file():
-            con.execute(f"CREATE VIEW embedding_usage AS SELECT * FROM read_json_auto('{usage.as_posix()}')")
-        history = settings.runs_dir / "history.jsonl"
-        if history.is_file():
-            con.execute(f"CREATE VIEW runs AS SELECT * FROM read_json_auto('{history.as_posix()}')")
+        _ledger(con, "embedding_usage", settings.runs_dir / USAGE_FILE, USAGE_COLUMNS)
+        _ledger(con, "runs", settings.runs_dir / HISTORY_FILE, RUNS_COLUMNS)
         con.execute(
             "CREATE TABLE table_info AS SELECT ? AS uri, ? AS table_name, ? AS dims, ? AS fts_indexed, ? AS fts_unindexed_rows",
             [settings.lancedb_uri, table_name, dims, fts.get("indexed", False), fts.get("unindexed_rows", 0)],
@@ -288,13 +308,56 @@ def refresh_analytics(settings: Settings, model: str, table_name: str | None = N
     return report
 
 
+def _ledger(con, name: str, path: Path, empty_columns: str) -> None:
+    """A JSONL ledger as a table; an empty one (with its main columns) before the first line is written."""
+    if path.is_file() and path.stat().st_size:
+        con.execute(f"CREATE OR REPLACE TABLE {name} AS SELECT * FROM read_json_auto({_sql_str(path.as_posix())})")
+    else:
+        con.execute(f"CREATE OR REPLACE TABLE {name} ({empty_columns})")
+
+
+def refresh_runs(settings: Settings) -> bool:
+    """Bring the ``runs`` table up to date with ``runs/history.jsonl``.
+
+    The run history gets its line after the run (and so after ``refresh_analytics``);
+    ``memory index`` calls this then, so ``SELECT * FROM runs`` includes the run just made.
+    Copy, update, rename, like ``refresh_analytics``; when a parallel run replaced the
+    database meanwhile, its copy is kept (it holds that run's own tables). False when
+    there is no database or history yet, or the database changed under us.
+    """
+    import duckdb
+
+    final = settings.data_dir / DB_NAME
+    history = settings.runs_dir / HISTORY_FILE
+    if not (final.is_file() and history.is_file()):
+        return False
+    before = final.stat()
+    tmp = final.with_name(f".{DB_NAME}.{os.getpid()}.runs.tmp")
+    shutil.copyfile(final, tmp)
+    try:
+        con = duckdb.connect(str(tmp))
+        try:
+            _ledger(con, "runs", history, RUNS_COLUMNS)
+        finally:
+            con.close()
+        after = final.stat()
+        if (after.st_ino, after.st_mtime_ns, after.st_size) != (before.st_ino, before.st_mtime_ns, before.st_size):
+            return False
+        os.replace(tmp, final)
+        return True
+    finally:
+        tmp.unlink(missing_ok=True)
+        tmp.with_name(tmp.name + ".wal").unlink(missing_ok=True)
+
+
 def query(settings: Settings, sql: str) -> pa.Table:
-    """Run one read-only query against the analytics database."""
+    """Run one read-only query against the analytics database (from any directory)."""
     import duckdb
 
     path = settings.data_dir / DB_NAME
     con = duckdb.connect(str(path), read_only=True)
     try:
+        con.execute(f"SET file_search_path = {_sql_str(path.parent.as_posix())}")  # memory_chunks' relative path
         return con.sql(sql).to_arrow_table()
     finally:
         con.close()

@@ -4,11 +4,19 @@ and an analytics database that keeps working when the data folder is copied else
 from __future__ import annotations
 
 import argparse
+import json
 import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
 
 from memory_pipeline import __version__
-from memory_pipeline.cli import build_parser
-from memory_pipeline_tests.helpers import run_cli
+from memory_pipeline.cli import PROBLEMS_SHOWN, build_parser
+from memory_pipeline_tests.conftest import SAMPLE, TEXT_ONLY, write_config
+from memory_pipeline_tests.helpers import run_cli, run_json
 
 EXAMPLE = re.compile(r"e\.g\.|example", re.IGNORECASE)
 
@@ -43,3 +51,90 @@ def test_every_option_has_help_with_an_example_and_every_subcommand_an_example()
         assert f"memory {name}" in p.epilog, name
         # The example line survives formatting as written.
         assert p.epilog.splitlines()[1] in p.format_help(), name
+
+
+BROKEN = 23  # more than the 20 problems the human output shows
+
+
+@pytest.fixture(scope="module")
+def indexed_once(tmp_path_factory):
+    """The sample plus files that cannot be indexed, after exactly one `memory index`."""
+    root = tmp_path_factory.mktemp("polish")
+    shutil.copytree(SAMPLE, root / "mem", ignore=TEXT_ONLY)
+    for i in range(BROKEN):
+        (root / "mem" / f"broken-{i:02}.md").write_bytes(b"\xff\xfe not utf-8\n")
+    cfg = write_config(root / "memory_pipeline.yaml")
+    summary = run_json("index", "--config", str(cfg), "--json")
+    return root, cfg, summary
+
+
+@pytest.mark.slow
+def test_analytics_lists_problem_files_with_reasons(indexed_once):
+    _, cfg, summary = indexed_once
+    failed = sorted(Path(e["path"]).name for e in summary["errors"] if e["status"] == "failed")
+    assert len(failed) == BROKEN
+    out = run_json("analytics", "--config", str(cfg), "--json")
+    assert out["problems"] == [{"kind": "failed", "files": BROKEN, "rows": 0}]  # the counts, as before
+    files = out["problem_files"]
+    assert [set(f) for f in files] == [{"kind", "path", "reason", "doc_id", "rows"}] * BROKEN
+    assert sorted(f["path"] for f in files) == failed
+    assert all(f["kind"] == "failed" and f["reason"] for f in files)
+
+    human = run_cli("analytics", "--config", str(cfg))
+    assert human.returncode == 0, human.stderr
+    text = human.stdout
+    assert text.index("coverage") < text.index("kind  ")  # the list comes after the coverage table
+    listed = [line for line in text.splitlines() if line.startswith("failed ")]
+    assert len(listed) == PROBLEMS_SHOWN + 1  # 20 files, then the count by kind
+    assert all(files[0]["reason"][:40] in line for line in listed[:PROBLEMS_SHOWN])
+    assert f"… {BROKEN - PROBLEMS_SHOWN} more" in text
+
+
+@pytest.mark.slow
+def test_runs_table_holds_the_first_run(indexed_once):
+    _, cfg, summary = indexed_once
+    rows = run_json("analytics", "--config", str(cfg), "--json", "--sql", "SELECT run_id, files_seen, errors FROM runs")["rows"]
+    assert rows == [{"run_id": summary["run_id"], "files_seen": summary["files_seen"], "errors": len(summary["errors"])}]
+
+
+PLAIN_DUCKDB = """
+import json, sys, duckdb
+con = duckdb.connect('analytics.duckdb', read_only=True)
+names = [r[0] for r in con.sql("SELECT table_name FROM duckdb_tables() WHERE NOT internal "
+                               "UNION ALL SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()]
+out, failed = {}, {}
+for name in names:
+    try:
+        out[name] = con.sql(f'SELECT count(*) FROM "{name}"').fetchall()[0][0]
+    except duckdb.Error as err:
+        failed[name] = str(err).splitlines()[0]
+print(json.dumps({"counts": out, "failed": failed, "modules": [m for m in sys.modules if m.startswith("memory_pipeline")]}))
+"""
+
+
+def _plain_duckdb(db_dir: Path, cwd: Path) -> dict:
+    code = PLAIN_DUCKDB.replace("'analytics.duckdb'", repr(str(db_dir / "analytics.duckdb")) if db_dir != cwd else "'analytics.duckdb'")
+    proc = subprocess.run([sys.executable, "-I", "-c", code], cwd=cwd, capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+@pytest.mark.slow
+def test_copied_data_folder_keeps_analytics_working(indexed_once, tmp_path: Path):
+    root, _, summary = indexed_once
+    original = root / "index"
+    copy = tmp_path / "elsewhere" / "index"
+    shutil.copytree(original, copy)
+    shutil.rmtree(root)  # the original is gone (this test runs last on the module's index)
+    out = _plain_duckdb(copy, cwd=copy)
+    assert out["modules"] == []
+    assert out["failed"] == {}
+    counts = out["counts"]
+    expected = {"source_files", "extraction_status", "indexed_state", "memory_chunks", "vector_rows", "file_status",
+                "coverage", "problems", "embedding_cost", "embedding_usage", "prices", "runs", "table_info"}  # fmt: skip
+    assert expected <= set(counts)
+    assert counts["runs"] == 1 and counts["problems"] == BROKEN and counts["memory_chunks"] > 40
+    assert counts["source_files"] == counts["file_status"] == summary["files_seen"]
+    # From any other directory every table still answers; only the memory_chunks view needs the data folder.
+    away = _plain_duckdb(copy, cwd=tmp_path)
+    assert set(away["failed"]) == {"memory_chunks"} and away["counts"]["runs"] == 1
