@@ -1,29 +1,55 @@
-"""The YAML configuration: validated into frozen dataclasses, loaded lazily.
+"""The YAML configuration: pydantic v2 dataclasses (frozen, unknown keys refused), loaded lazily.
 
 Resolution of the file: an explicit path (``--config``), else the
 ``MEMORY_PIPELINE_CONFIG`` environment variable, else ``./memory_pipeline.yaml``.
 Relative paths inside the file are resolved against the file's own folder, so a
 config works from any working directory.
+
+Every field's type and range is declared on its dataclass; pydantic checks them and
+:func:`settings_from_dict` turns the first failure into one ``ConfigError`` line that
+names the key (``chunking.tokens must be between 32 and 8192``). Before pydantic sees the
+mapping, anything that looks like a secret is refused without being echoed, and values
+shown in messages are masked when they hold one. The classes are real dataclasses
+(positional construction, ``dataclasses.asdict``/``replace``), validated on construction too.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
-from dataclasses import dataclass, field, replace
+import types
+import typing
+from dataclasses import field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
+import annotated_types
 import yaml
+from pydantic import ConfigDict, Field, Strict, TypeAdapter, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic.dataclasses import dataclass
+from pydantic_core import PydanticCustomError
 
 from memory_pipeline.errors import ConfigError
 
 CONFIG_ENV_VAR = "MEMORY_PIPELINE_CONFIG"
 DEFAULT_CONFIG_NAME = "memory_pipeline.yaml"
 
-KNOWN_PROVIDERS = ("auto", "local", "openai", "gemini", "voyage", "mistral", "ollama", "none")
-REMOTE_PROVIDERS = ("openai", "gemini", "voyage", "mistral", "ollama")
+Provider = Literal["auto", "local", "openai", "gemini", "voyage", "mistral", "ollama", "none"]
+RemoteProvider = Literal["openai", "gemini", "voyage", "mistral", "ollama"]
+FallbackProvider = Literal["local", "openai", "gemini", "voyage", "mistral", "ollama"]
+Fusion = Literal["weighted", "rrf"]
+AnnIndexType = Literal["IVF_HNSW_SQ", "IVF_PQ", "IVF_FLAT"]
+MediaType = Literal["image", "audio", "video", "pdf", "document"]
 
+KNOWN_PROVIDERS: tuple[str, ...] = typing.get_args(Provider)
+REMOTE_PROVIDERS: tuple[str, ...] = typing.get_args(RemoteProvider)
+FUSIONS: tuple[str, ...] = typing.get_args(Fusion)
+ANN_INDEX_TYPES: tuple[str, ...] = typing.get_args(AnnIndexType)
+MEDIA_TYPES: tuple[str, ...] = typing.get_args(MediaType)
+NATIVE_MODEL = "gemini-embedding-2-preview"
+
+DEFAULT_DATA_DIR = "data/index"  # in the file; code building Settings passes data_dir
 DEFAULT_INCLUDE = ("**/*",)
 DEFAULT_EXCLUDE = ("**/.*", "**/.*/**", "**/node_modules/**", "**/__pycache__/**")
 
@@ -33,125 +59,200 @@ _SECRET_KEY_RE = re.compile(r"(api[_-]?key|secret|token|password)$", re.IGNORECA
 MAX_CONFIG_BYTES = 1024 * 1024
 _NOT_SHOWN = "<value not shown>"
 
+# Field types. Strict: YAML `tokens: "400"` or `enabled: yes-as-a-string` is an error, not a guess;
+# an int is still a valid float. NaN and infinities are refused (allow_inf_nan below).
+Int = Annotated[int, Strict()]
+PositiveInt = Annotated[int, Strict(), Field(ge=1)]
+NonNegativeInt = Annotated[int, Strict(), Field(ge=0)]
+Number = Annotated[float, Strict()]
+PositiveNumber = Annotated[float, Strict(), Field(gt=0)]
+Share = Annotated[float, Strict(), Field(ge=0, le=1)]
+Bool = Annotated[bool, Strict()]
+Str = Annotated[str, Strict()]
 
-@dataclass(frozen=True)
+_MODEL = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+def _bad(text: str, *, sub: tuple[str | int, ...] = (), form: str = "key", hint: str = "") -> PydanticCustomError:
+    """A validation failure with our own wording.
+
+    ``sub`` extends the location (a cross-field check on a section names the field at fault);
+    ``form`` says how the message is framed: ``key`` ("<file>: <key> <text>"), ``whole``
+    ("<file>: <text>") or ``bare`` (``text`` alone).
+    """
+    return PydanticCustomError("setting", "{text}", {"text": text, "sub": sub, "form": form, "hint": hint})
+
+
+def _path(value: Any, info: ValidationInfo) -> Any:
+    """A path string from the file, resolved against the file's folder (``context['base_dir']``)."""
+    if isinstance(value, Path):
+        return value
+    if not isinstance(value, str) or not value:
+        raise _bad("must be a path string")
+    path = Path(os.path.expandvars(value)).expanduser()
+    base_dir = (info.context or {}).get("base_dir")
+    if base_dir is None or path.is_absolute():
+        return path.resolve() if base_dir is not None else path
+    return (Path(base_dir) / path).resolve()
+
+
+def _globs(value: Any) -> Any:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) and v for v in value):
+        raise _bad("must be a list of glob strings")
+    return tuple(value)
+
+
+def _check_url(value: str) -> str:
+    if value and not re.match(r"^https?://[^\s/]+", value):
+        raise _bad(f"must be an http(s) URL, got {_shown(value)}")
+    if value and re.match(r"^https?://[^/]*@", value):
+        raise _bad("must not carry credentials; use the provider's environment variable")
+    return value
+
+
+@dataclass(frozen=True, config=_MODEL)
 class SourceConfig:
-    name: str
+    name: Str
     path: Path
     include: tuple[str, ...] = DEFAULT_INCLUDE
     exclude: tuple[str, ...] = DEFAULT_EXCLUDE
 
+    @field_validator("name")
+    @classmethod
+    def _word(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", value):
+            raise _bad("must be a word (letters, digits, _ . -)")
+        return value
 
-@dataclass(frozen=True)
+    _path = field_validator("path", mode="before")(_path)
+    _globs = field_validator("include", "exclude", mode="before")(_globs)
+
+
+@dataclass(frozen=True, config=_MODEL)
 class ChunkingConfig:
-    tokens: int = 400
-    overlap: int = 80
+    tokens: Annotated[int, Strict(), Field(ge=32, le=8192)] = 400
+    overlap: NonNegativeInt = 80
+
+    @model_validator(mode="after")
+    def _overlap_below_tokens(self) -> ChunkingConfig:
+        if self.overlap >= self.tokens:
+            raise _bad("must be >= 0 and smaller than chunking.tokens", sub=("overlap",))
+        return self
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=_MODEL)
 class CacheConfig:
-    enabled: bool = True
-    max_entries: int = 200_000
+    enabled: Bool = True
+    max_entries: PositiveInt = 200_000
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=_MODEL)
 class QueryConfig:
-    max_results: int = 6
-    min_score: float = 0.4
-    vector_weight: float = 0.7
-    text_weight: float = 0.3
-    fusion: str = "weighted"  # weighted (noisy-OR of calibrated scores) | rrf
-    rrf_k: int = 60
-    candidate_multiplier: int = 4  # each leg's candidate pool = max_results x this (at least 20)
-    mmr: bool = False  # diversity: maximal marginal relevance over the fused results
-    mmr_lambda: float = 0.7  # 1 = pure relevance, 0 = pure diversity
-    recency_half_life_days: float = 0.0  # 0 = off; else dated notes lose half their score per half-life
+    max_results: PositiveInt = 6
+    min_score: Share = 0.4
+    vector_weight: Annotated[float, Strict(), Field(ge=0)] = 0.7
+    text_weight: Annotated[float, Strict(), Field(ge=0)] = 0.3
+    fusion: Fusion = "weighted"  # weighted (noisy-OR of calibrated scores) | rrf
+    rrf_k: PositiveInt = 60
+    candidate_multiplier: PositiveInt = 4  # each leg's candidate pool = max_results x this (at least 20)
+    mmr: Bool = False  # diversity: maximal marginal relevance over the fused results
+    mmr_lambda: Share = 0.7  # 1 = pure relevance, 0 = pure diversity
+    recency_half_life_days: Annotated[float, Strict(), Field(ge=0)] = 0.0  # 0 = off; else dated notes lose half their score per half-life
+
+    @model_validator(mode="after")
+    def _some_weight(self) -> QueryConfig:
+        if self.vector_weight + self.text_weight == 0:
+            raise _bad("and query.text_weight must not both be 0", sub=("vector_weight",))
+        return self
 
 
-FUSIONS = ("weighted", "rrf")
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=_MODEL)
 class AnnConfig:
     """The approximate vector index, built once the table holds ``min_rows`` rows."""
 
-    min_rows: int = 50_000
-    index_type: str = "IVF_HNSW_SQ"
-    nprobes: int = 20
-    refine_factor: int = 5  # >0 re-ranks refine_factor x k candidates with exact distances (SQ loses precision)
+    min_rows: Annotated[int, Strict(), Field(ge=256)] = 50_000
+    index_type: AnnIndexType = "IVF_HNSW_SQ"
+    nprobes: PositiveInt = 20
+    refine_factor: NonNegativeInt = 5  # >0 re-ranks refine_factor x k candidates with exact distances (SQ loses precision)
 
 
-ANN_INDEX_TYPES = ("IVF_HNSW_SQ", "IVF_PQ", "IVF_FLAT")
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=_MODEL)
 class FtsConfig:
     """The native full-text index (ICU word segmentation, so CJK text is searchable)."""
 
-    stem: bool = True
-    language: str = "English"
-    ascii_folding: bool = True
+    stem: Bool = True
+    language: Str = "English"
+    ascii_folding: Bool = True
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=_MODEL)
 class LimitsConfig:
-    max_file_bytes: int = 20 * 1024 * 1024
+    max_file_bytes: PositiveInt = 20 * 1024 * 1024
     # Output of one file, any format: past either cap it is indexed in part, with a warning.
-    max_segments_per_file: int = 50_000
-    max_chars_per_file: int = 20_000_000
+    max_segments_per_file: PositiveInt = 50_000
+    max_chars_per_file: PositiveInt = 20_000_000
 
 
-MEDIA_TYPES = ("image", "audio", "video", "pdf", "document")
-NATIVE_MODEL = "gemini-embedding-2-preview"
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=_MODEL)
 class MultimodalConfig:
     """Media files: derived text (OCR, EXIF, transcripts, page text) always; native vectors on request."""
 
-    enabled: bool = True
-    max_file_bytes: int = 20 * 1024 * 1024  # raw bytes; base64 toward an API adds a third
+    enabled: Bool = True
+    max_file_bytes: PositiveInt = 20 * 1024 * 1024  # raw bytes; base64 toward an API adds a third
     types: tuple[str, ...] = MEDIA_TYPES
-    native: bool = False  # also embed the media bytes (gemini-embedding-2-preview only)
-    pdf_max_pages: int = 100
-    keyframe_seconds: float = 10.0  # video: OCR one frame every N seconds
-    timeout_seconds: float = 300.0  # per file, extraction
-    max_image_pixels: int = 64_000_000  # larger images are refused as decompression bombs
+    native: Bool = False  # also embed the media bytes (gemini-embedding-2-preview only)
+    pdf_max_pages: PositiveInt = 100
+    keyframe_seconds: PositiveNumber = 10.0  # video: OCR one frame every N seconds
+    timeout_seconds: PositiveNumber = 300.0  # per file, extraction
+    max_image_pixels: PositiveInt = 64_000_000  # larger images are refused as decompression bombs
     # The worker extracting a media file or document is killed past these (0 = timeout_seconds + 10 s).
-    max_extract_seconds: float = 0.0
-    max_extract_mb: int = 1024
+    max_extract_seconds: Annotated[float, Strict(), Field(ge=0)] = 0.0
+    max_extract_mb: PositiveInt = 1024
     # Zip containers (docx) are refused before parsing when they would expand past these.
-    max_unzipped_bytes: int = 100 * 1024 * 1024
-    max_zip_ratio: float = 100.0
+    max_unzipped_bytes: PositiveInt = 100 * 1024 * 1024
+    max_zip_ratio: PositiveNumber = 100.0
+
+    @field_validator("types", mode="before")
+    @classmethod
+    def _media_types(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, (list, tuple)) or any(t not in MEDIA_TYPES for t in value):
+            raise _bad(f"must be a list of {', '.join(MEDIA_TYPES)}, got {_shown(value)}")
+        return tuple(dict.fromkeys(value))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=_MODEL)
 class ChecksConfig:
-    min_coverage: float = 0.9  # share of indexable files that must be indexed
+    min_coverage: Share = 0.9  # share of indexable files that must be indexed
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=_MODEL)
 class RemoteBatchConfig:
     """Provider batch APIs (file upload, job, poll, results); used by providers/batch support."""
 
-    enabled: bool = False
-    wait: bool = True
-    concurrency: int = 2
-    poll_interval_ms: int = 30_000
-    timeout_ms: int = 24 * 3600 * 1000
+    enabled: Bool = False
+    wait: Bool = True
+    concurrency: PositiveInt = 2
+    poll_interval_ms: PositiveInt = 30_000
+    timeout_ms: PositiveInt = 24 * 3600 * 1000
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=_MODEL)
 class ProviderOverrides:
     """``remote.providers.<name>``: what differs for one provider (0 / empty = the remote.* value)."""
 
-    base_url: str = ""
-    requests_per_minute: int = 0
-    tokens_per_minute: int = 0
-    concurrency: int = 0
+    base_url: Str = ""
+    requests_per_minute: NonNegativeInt = 0
+    tokens_per_minute: NonNegativeInt = 0
+    concurrency: NonNegativeInt = 0
+
+    _url = field_validator("base_url")(_check_url)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=_MODEL)
 class RemoteConfig:
     """Live calls to remote embedding APIs: endpoint, timeouts, concurrency, rate limits, retries.
 
@@ -160,18 +261,36 @@ class RemoteConfig:
     Rate limits of 0 mean none; each provider has its own limiter.
     """
 
-    base_url: str = ""
-    timeout_ms: int = 60_000  # one indexing request
-    query_timeout_ms: int = 15_000  # the query embedding of a search
-    concurrency: int = 4  # requests in flight at once, per provider
-    requests_per_minute: int = 0
-    tokens_per_minute: int = 0
-    max_retries: int = 6  # per request, on 429 / 5xx / timeouts / resource exhausted
-    backoff_base_ms: int = 500
-    backoff_max_ms: int = 60_000
-    batch_size: int = 0  # texts per request; 0 = the provider's own maximum
+    base_url: Str = ""
+    timeout_ms: PositiveInt = 60_000  # one indexing request
+    query_timeout_ms: PositiveInt = 15_000  # the query embedding of a search
+    concurrency: PositiveInt = 4  # requests in flight at once, per provider
+    requests_per_minute: NonNegativeInt = 0
+    tokens_per_minute: NonNegativeInt = 0
+    max_retries: NonNegativeInt = 6  # per request, on 429 / 5xx / timeouts / resource exhausted
+    backoff_base_ms: NonNegativeInt = 500
+    backoff_max_ms: NonNegativeInt = 60_000
+    batch_size: NonNegativeInt = 0  # texts per request; 0 = the provider's own maximum
     providers: dict[str, ProviderOverrides] = field(default_factory=dict)
     batch: RemoteBatchConfig = field(default_factory=RemoteBatchConfig)
+
+    _url = field_validator("base_url")(_check_url)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_default(cls, data: Any) -> Any:
+        # `remote:` lists its keys commented or as `key: null` in the shipped config: null = the default.
+        return {k: v for k, v in data.items() if v is not None} if isinstance(data, dict) else data
+
+    @field_validator("providers", mode="before")
+    @classmethod
+    def _remote_names(cls, value: Any) -> Any:
+        if not isinstance(value, dict):
+            raise _bad("must be a mapping of provider names")
+        for name in value:
+            if name not in REMOTE_PROVIDERS:
+                raise _bad(f": not a remote provider ({', '.join(REMOTE_PROVIDERS)})", sub=(str(name),))
+        return {name: {} if item is None else item for name, item in value.items()}
 
     def for_provider(self, name: str, *, primary: bool) -> ResolvedRemote:
         """The effective settings for one provider (its overrides, else the remote.* values)."""
@@ -190,8 +309,10 @@ class RemoteConfig:
         )
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class ResolvedRemote:
+    """What one provider's client uses; derived from validated settings, so not validated again."""
+
     base_url: str = ""
     timeout_s: float = 60.0
     query_timeout_s: float = 15.0
@@ -204,16 +325,19 @@ class ResolvedRemote:
     batch_size: int = 0
 
 
-@dataclass(frozen=True)
+SOURCES_MESSAGE = "'sources' must be a non-empty list of {name, path}"
+
+
+@dataclass(frozen=True, config=_MODEL)
 class Settings:
     """Everything the YAML file decides: what to index and how."""
 
     data_dir: Path
     sources: tuple[SourceConfig, ...]
-    provider: str = "auto"
-    model: str | None = None
-    dims: int | None = None  # output dimensions for models that offer a choice (openai, gemini, voyage)
-    fallback: str | None = None  # the provider used when the primary cannot start or fails permanently
+    provider: Provider = "auto"
+    model: Str | None = None
+    dims: Annotated[int, Strict(), Field(ge=1, le=16384)] | None = None  # output size for models that offer a choice
+    fallback: FallbackProvider | None = None  # the provider used when the primary cannot start or fails permanently
     remote: RemoteConfig = field(default_factory=RemoteConfig)
     chunking: ChunkingConfig = field(default_factory=ChunkingConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)
@@ -221,10 +345,53 @@ class Settings:
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     checks: ChecksConfig = field(default_factory=ChecksConfig)
     multimodal: MultimodalConfig = field(default_factory=MultimodalConfig)
-    table_name: str = "memory_vectors"
+    table_name: Str = "memory_vectors"
     ann: AnnConfig = field(default_factory=AnnConfig)
     fts: FtsConfig = field(default_factory=FtsConfig)
-    config_path: Path | None = None
+    config_path: Path | None = None  # where it was read from; not a key of the file
+
+    _data_dir = field_validator("data_dir", mode="before")(_path)
+
+    @field_validator("remote", "chunking", "cache", "query", "limits", "checks", "multimodal", "ann", "fts", mode="before")
+    @classmethod
+    def _null_section(cls, value: Any) -> Any:
+        return {} if value is None else value
+
+    @field_validator("sources", mode="before")
+    @classmethod
+    def _sources_list(cls, value: Any, info: ValidationInfo) -> Any:
+        # A file must name a source; code (tests, eval) may build Settings without one.
+        if not isinstance(value, (list, tuple)) or (not value and info.context is not None):
+            raise _bad(SOURCES_MESSAGE, form="whole")
+        return value
+
+    @field_validator("sources")
+    @classmethod
+    def _unique_names(cls, value: tuple[SourceConfig, ...]) -> tuple[SourceConfig, ...]:
+        seen: set[str] = set()
+        for i, src in enumerate(value):
+            if src.name in seen:
+                raise _bad(f"source name {_shown(src.name)} is used twice", sub=(i, "name"), form="whole")
+            seen.add(src.name)
+        return value
+
+    @field_validator("table_name")
+    @classmethod
+    def _table_name(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9_]+", value):
+            raise _bad("must be letters, digits and _")
+        return value
+
+    @model_validator(mode="after")
+    def _across_sections(self) -> Settings:
+        if self.multimodal.native and self.multimodal.enabled:
+            _check_native(self.provider, self.model)
+        if self.fallback is not None and self.fallback == self.provider:
+            raise _bad(f"is the same provider as provider ({self.provider})", sub=("fallback",))
+        if self.remote.batch.enabled and not self.cache.enabled:
+            # Batch results wait in the cache until every file that needs them is written (and a resumed run finds them there).
+            raise _bad("needs cache.enabled: true", sub=("remote", "batch", "enabled"))
+        return self
 
     @property
     def assets_dir(self) -> Path:
@@ -251,6 +418,22 @@ class Settings:
             if src.name == name:
                 return src
         raise ConfigError(f"unknown source {_shown(name)}", key="sources")
+
+
+def _check_native(provider: Any, model: Any) -> None:
+    # Checked before provider availability: the answer is the same whichever providers this build has.
+    if provider != "gemini" or model != NATIVE_MODEL:
+        current = _shown(provider, quote=False) if provider != "gemini" else f"gemini ({_shown(model, quote=False) if model else 'its default model'})"
+        raise _bad(
+            f"Native multimodal embedding requires {NATIVE_MODEL}. Current provider: {current}",
+            sub=("multimodal", "native"),
+            form="bare",
+            hint=f"set provider: gemini and model: {NATIVE_MODEL}, or multimodal.native: false (derived text works with every provider)",
+        )
+
+
+_SETTINGS = TypeAdapter(Settings)
+_NOT_KEYS = frozenset({"config_path"})  # Settings fields that the file may not set
 
 
 # --- loading -----------------------------------------------------------------------------
@@ -289,7 +472,8 @@ class _NoAliasLoader(yaml.SafeLoader):
         return super().compose_node(parent, index)
 
 
-def _read_config(cfg_path: Path) -> str:
+def read_config_text(cfg_path: Path) -> str:
+    """The file's text: at most 1 MiB, UTF-8; anything else is a ConfigError naming the file."""
     try:
         with cfg_path.open("rb") as fh:
             data = fh.read(MAX_CONFIG_BYTES + 1)  # no more than the cap is ever read
@@ -306,6 +490,27 @@ def _read_config(cfg_path: Path) -> str:
         raise ConfigError(f"{cfg_path}: not UTF-8 text", path=str(cfg_path)) from err
 
 
+def parse_yaml(text: str, where: str, *, compose: bool = False) -> Any:
+    """Plain YAML (no anchors, aliases or tags that build objects); the parsed data, or its node tree."""
+    loader = _NoAliasLoader(text)
+    try:
+        return loader.get_single_node() if compose else loader.get_single_data()
+    except _AliasRefused as err:
+        mark = err.problem_mark
+        at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        raise ConfigError(f"{where}: the config may not use YAML anchors/aliases{at}", path=where) from err
+    except RecursionError as err:
+        raise ConfigError(f"{where}: not valid YAML: nested too deeply", path=where) from err
+    except yaml.YAMLError as err:
+        # Only the position and the problem: the offending line may hold a secret.
+        mark = getattr(err, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or "syntax error"
+        raise ConfigError(f"{where}: not valid YAML{at}: {problem}", path=where) from err
+    finally:
+        loader.dispose()
+
+
 def load_settings(path: str | os.PathLike[str] | None = None) -> Settings:
     """Read and validate the YAML file; raises ConfigError with the key at fault."""
     cfg_path = resolve_config_path(path)
@@ -315,239 +520,162 @@ def load_settings(path: str | os.PathLike[str] | None = None) -> Settings:
             path=str(cfg_path),
             hint=f"pass --config FILE or set {CONFIG_ENV_VAR}",
         )
-    text = _read_config(cfg_path)
-    try:
-        raw = yaml.load(text, Loader=_NoAliasLoader) or {}  # a SafeLoader: builds no arbitrary objects
-    except _AliasRefused as err:
-        mark = err.problem_mark
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
-        raise ConfigError(f"{cfg_path}: the config may not use YAML anchors/aliases{where}", path=str(cfg_path)) from err
-    except RecursionError as err:
-        raise ConfigError(f"{cfg_path}: not valid YAML: nested too deeply", path=str(cfg_path)) from err
-    except yaml.YAMLError as err:
-        # Only the position and the problem: the offending line may hold a secret.
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(err, "problem", None) or "syntax error"
-        raise ConfigError(f"{cfg_path}: not valid YAML{where}: {problem}", path=str(cfg_path)) from err
-    return settings_from_dict(raw, base_dir=cfg_path.parent, config_path=cfg_path)
+    raw = parse_yaml(read_config_text(cfg_path), str(cfg_path))
+    return settings_from_dict({} if raw is None else raw, base_dir=cfg_path.parent, config_path=cfg_path)
 
 
 def settings_from_dict(raw: Any, *, base_dir: Path, config_path: Path | None = None) -> Settings:
-    """Validate a parsed YAML mapping into Settings."""
+    """Validate a parsed YAML mapping into Settings (relative paths against ``base_dir``)."""
     where = str(config_path or "<config>")
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: the top level must be a mapping", path=where)
     _refuse_secrets(raw, where)
-    _check_keys(
-        raw,
-        {
-            "data_dir", "sources", "provider", "model", "dims", "fallback", "remote",
-            "chunking", "cache", "query", "limits", "checks", "multimodal", "table_name", "ann", "fts",
-        },  # fmt: skip
-        "",
-        where,
-    )
-
-    data_dir = _path(raw.get("data_dir", "data/index"), base_dir, "data_dir", where)
-
-    sources_raw = raw.get("sources")
-    if not isinstance(sources_raw, list) or not sources_raw:
-        raise ConfigError(f"{where}: 'sources' must be a non-empty list of {{name, path}}", key="sources", path=where)
-    sources: list[SourceConfig] = []
-    seen: set[str] = set()
-    for i, item in enumerate(sources_raw):
-        key = f"sources[{i}]"
-        if not isinstance(item, dict):
-            raise ConfigError(f"{where}: {key} must be a mapping with name and path", key=key, path=where)
-        _check_keys(item, {"name", "path", "include", "exclude"}, key + ".", where)
-        name = item.get("name")
-        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.-]+", name or ""):
-            raise ConfigError(f"{where}: {key}.name must be a word (letters, digits, _ . -)", key=key + ".name", path=where)
-        if name in seen:
-            raise ConfigError(f"{where}: source name {_shown(name)} is used twice", key=key + ".name", path=where)
-        seen.add(name)
-        if "path" not in item:
-            raise ConfigError(f"{where}: {key}.path is required", key=key + ".path", path=where)
-        sources.append(
-            SourceConfig(
-                name=name,
-                path=_path(item["path"], base_dir, key + ".path", where),
-                include=_globs(item.get("include", list(DEFAULT_INCLUDE)), key + ".include", where),
-                exclude=_globs(item.get("exclude", list(DEFAULT_EXCLUDE)), key + ".exclude", where),
-            )
-        )
-
-    provider = raw.get("provider", "auto")
-    if provider not in KNOWN_PROVIDERS:
-        raise ConfigError(
-            f"{where}: provider must be one of {', '.join(KNOWN_PROVIDERS)}, got {_shown(provider)}", key="provider", path=where
-        )
-    multimodal = _multimodal(raw, where)
-    if multimodal.native and multimodal.enabled:
-        _check_native(provider, raw.get("model"))
-    model = raw.get("model")
-    if model is not None and not isinstance(model, str):
-        raise ConfigError(f"{where}: model must be a string", key="model", path=where)
-    dims = raw.get("dims")
-    if dims is not None and (not isinstance(dims, int) or isinstance(dims, bool) or not 1 <= dims <= 16384):
-        raise ConfigError(f"{where}: dims must be a positive integer (or left out)", key="dims", path=where)
-    fallback = raw.get("fallback")
-    if fallback is not None and fallback not in KNOWN_PROVIDERS[1:-1]:
-        raise ConfigError(
-            f"{where}: fallback must be one of {', '.join(KNOWN_PROVIDERS[1:-1])}, got {_shown(fallback)}", key="fallback", path=where
-        )
-    if fallback is not None and fallback == provider:
-        raise ConfigError(f"{where}: fallback is the same provider as provider ({provider})", key="fallback", path=where)
-    remote = _remote(raw.get("remote"), where)
-
-    chunking = _section(raw, "chunking", ChunkingConfig, where)
-    if chunking.tokens < 32 or chunking.tokens > 8192:
-        raise ConfigError(f"{where}: chunking.tokens must be between 32 and 8192", key="chunking.tokens", path=where)
-    if chunking.overlap < 0 or chunking.overlap >= chunking.tokens:
-        raise ConfigError(
-            f"{where}: chunking.overlap must be >= 0 and smaller than chunking.tokens", key="chunking.overlap", path=where
-        )
-    cache = _section(raw, "cache", CacheConfig, where)
-    if remote.batch.enabled and not cache.enabled:
-        # Batch results wait in the cache until every file that needs them is written (and a resumed run finds them there).
-        raise ConfigError(f"{where}: remote.batch.enabled needs cache.enabled: true", key="remote.batch.enabled", path=where)
-    if cache.max_entries < 1:
-        raise ConfigError(f"{where}: cache.max_entries must be >= 1", key="cache.max_entries", path=where)
-    query = _section(raw, "query", QueryConfig, where)
-    if query.max_results < 1:
-        raise ConfigError(f"{where}: query.max_results must be >= 1", key="query.max_results", path=where)
-    if not 0.0 <= query.min_score <= 1.0:
-        raise ConfigError(f"{where}: query.min_score must be between 0 and 1", key="query.min_score", path=where)
-    _check_query(query, where)
-    ann = _section(raw, "ann", AnnConfig, where)
-    if ann.min_rows < 256 or ann.index_type not in ANN_INDEX_TYPES or ann.nprobes < 1 or ann.refine_factor < 0:
-        raise ConfigError(
-            f"{where}: ann needs min_rows >= 256, index_type one of {', '.join(ANN_INDEX_TYPES)}, nprobes >= 1, refine_factor >= 0",
-            key="ann",
-            path=where,
-        )
-    fts = _section(raw, "fts", FtsConfig, where)
-    limits = _section(raw, "limits", LimitsConfig, where)
-    for key in ("max_file_bytes", "max_segments_per_file", "max_chars_per_file"):
-        if getattr(limits, key) < 1:
-            raise ConfigError(f"{where}: limits.{key} must be >= 1", key=f"limits.{key}", path=where)
-    checks = _section(raw, "checks", ChecksConfig, where)
-    if not 0.0 <= checks.min_coverage <= 1.0:
-        raise ConfigError(f"{where}: checks.min_coverage must be between 0 and 1", key="checks.min_coverage", path=where)
-    table_name = raw.get("table_name", "memory_vectors")
-    if not isinstance(table_name, str) or not re.fullmatch(r"[A-Za-z0-9_]+", table_name):
-        raise ConfigError(f"{where}: table_name must be letters, digits and _", key="table_name", path=where)
-
-    return Settings(
-        data_dir=data_dir,
-        sources=tuple(sources),
-        provider=provider,
-        model=model,
-        dims=dims,
-        fallback=fallback,
-        remote=remote,
-        chunking=chunking,
-        cache=cache,
-        query=query,
-        limits=limits,
-        checks=checks,
-        multimodal=multimodal,
-        table_name=table_name,
-        ann=ann,
-        fts=fts,
-        config_path=config_path,
-    )
+    _refuse_odd_names(raw, where)
+    try:
+        settings = _SETTINGS.validate_python({"data_dir": DEFAULT_DATA_DIR, **raw}, context={"base_dir": base_dir})
+    except ValidationError as err:
+        raise _config_error(err, where) from err
+    return dataclasses.replace(settings, config_path=config_path) if config_path is not None else settings
 
 
-def _multimodal(raw: dict, where: str) -> MultimodalConfig:
-    section = dict(raw.get("multimodal") or {}) if isinstance(raw.get("multimodal", {}), dict) else None
-    if section is None:
-        raise ConfigError(f"{where}: 'multimodal' must be a mapping", key="multimodal", path=where)
-    types = section.pop("types", list(MEDIA_TYPES))
-    if isinstance(types, str):
-        types = [types]
-    if not isinstance(types, list) or any(t not in MEDIA_TYPES for t in types):
-        raise ConfigError(
-            f"{where}: multimodal.types must be a list of {', '.join(MEDIA_TYPES)}, got {_shown(types)}", key="multimodal.types", path=where
-        )
-    cfg = _section({"multimodal": section}, "multimodal", MultimodalConfig, where)
-    cfg = MultimodalConfig(**{**cfg.__dict__, "types": tuple(dict.fromkeys(types))})
-    for key in ("max_file_bytes", "pdf_max_pages", "max_image_pixels", "max_extract_mb", "max_unzipped_bytes"):
-        if getattr(cfg, key) < 1:
-            raise ConfigError(f"{where}: multimodal.{key} must be >= 1", key=f"multimodal.{key}", path=where)
-    if cfg.max_extract_seconds < 0:
-        raise ConfigError(f"{where}: multimodal.max_extract_seconds must be >= 0", key="multimodal.max_extract_seconds", path=where)
-    for key in ("keyframe_seconds", "timeout_seconds", "max_zip_ratio"):
-        if not getattr(cfg, key) > 0:
-            raise ConfigError(f"{where}: multimodal.{key} must be > 0", key=f"multimodal.{key}", path=where)
-    return cfg
+def settings_as_dict(settings: Settings) -> dict[str, Any]:
+    """Every setting (defaults included) as plain JSON/YAML data, in the order of the model."""
+    data = _SETTINGS.dump_python(settings, mode="json")
+    for key in _NOT_KEYS:
+        data.pop(key, None)
+    return data
 
 
-def _check_native(provider: Any, model: Any) -> None:
-    # Checked before provider availability: the answer is the same whichever providers this build has.
-    if provider != "gemini" or model != NATIVE_MODEL:
-        current = _shown(provider, quote=False) if provider != "gemini" else f"gemini ({_shown(model, quote=False) if model else 'its default model'})"
-        raise ConfigError(
-            f"Native multimodal embedding requires {NATIVE_MODEL}. Current provider: {current}",
-            key="multimodal.native",
-            hint=f"set provider: gemini and model: {NATIVE_MODEL}, or multimodal.native: false (derived text works with every provider)",
-        )
+# --- errors ------------------------------------------------------------------------------
+
+_EXPECTED = {
+    "int": "an integer", "float": "a number", "bool": "true or false", "string": "a string", "dict": "a mapping",
+    "dataclass": "a mapping", "mapping": "a mapping", "tuple": "a list", "list": "a list", "iterable": "a list",
+    "path": "a path string", "finite": "a finite number", "literal": "",
+}  # fmt: skip
 
 
-def _remote(value: Any, where: str) -> RemoteConfig:
-    if value is None:
-        return RemoteConfig()
-    if not isinstance(value, dict):
-        raise ConfigError(f"{where}: 'remote' must be a mapping", key="remote", path=where)
-    flat = {k: v for k, v in value.items() if k not in ("providers", "batch") and v is not None}  # null = default
-    base = _section({"remote": flat}, "remote", RemoteConfig, where)
-    for key in ("timeout_ms", "query_timeout_ms", "concurrency"):
-        if getattr(base, key) < 1:
-            raise ConfigError(f"{where}: remote.{key} must be >= 1", key=f"remote.{key}", path=where)
-    for key in ("requests_per_minute", "tokens_per_minute", "max_retries", "batch_size", "backoff_base_ms", "backoff_max_ms"):
-        if getattr(base, key) < 0:
-            raise ConfigError(f"{where}: remote.{key} must be >= 0", key=f"remote.{key}", path=where)
-    _check_url(base.base_url, "remote.base_url", where)
-    providers_raw = value.get("providers") or {}
-    if not isinstance(providers_raw, dict):
-        raise ConfigError(f"{where}: remote.providers must be a mapping of provider names", key="remote.providers", path=where)
-    providers = {}
-    for name, item in providers_raw.items():
-        if name not in REMOTE_PROVIDERS:
-            raise ConfigError(
-                f"{where}: remote.providers.{name}: not a remote provider ({', '.join(REMOTE_PROVIDERS)})",
-                key=f"remote.providers.{name}",
-                path=where,
-            )
-        o = _section({f"remote.providers.{name}": item}, f"remote.providers.{name}", ProviderOverrides, where)
-        _check_url(o.base_url, f"remote.providers.{name}.base_url", where)
-        providers[name] = o
-    batch = _section({"remote.batch": value.get("batch") or {}}, "remote.batch", RemoteBatchConfig, where)
-    for key in ("concurrency", "poll_interval_ms", "timeout_ms"):
-        if getattr(batch, key) < 1:
-            raise ConfigError(f"{where}: remote.batch.{key} must be >= 1", key=f"remote.batch.{key}", path=where)
-    return replace(base, providers=providers, batch=batch)
+def _config_error(err: ValidationError, where: str) -> ConfigError:
+    """The first problem pydantic found, as one line naming the key."""
+    problems = err.errors(include_url=False)
+    # An unknown key first: a typo'd name explains the other complaints about that section.
+    e = next((p for p in problems if p["type"] in ("unexpected_keyword_argument", "extra_forbidden")), problems[0])
+    ctx = e.get("ctx") or {}
+    loc = [*e["loc"], *(ctx.get("sub") or ())] if e["type"] == "setting" else list(e["loc"])
+    key = _dotted(loc)
+    kind, value = e["type"], e.get("input")
+    hint = ""
+    if kind == "setting":
+        text, hint = ctx["text"], ctx.get("hint", "")
+        if ctx.get("form") == "bare":
+            return ConfigError(text, key=key, hint=hint)
+        message = text if ctx.get("form") == "whole" else f"{key}{'' if text.startswith(':') else ' '}{text}"
+    elif kind in ("unexpected_keyword_argument", "extra_forbidden"):
+        message = f"unknown setting {_shown(key)} (allowed: {', '.join(_allowed(_owner(loc[:-1])))})"
+    elif kind in ("missing_argument", "missing"):
+        message = SOURCES_MESSAGE if key == "sources" else f"{key} is required"
+    elif kind == "literal_error":
+        choices = typing.get_args(_unwrap(_annotation(loc))) or (ctx.get("expected"),)
+        message = f"{key} must be one of {', '.join(map(str, choices))}, got {_shown(value)}"
+    elif kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
+        message = f"{key} must be {_range(_annotation(loc))}"
+    elif kind.split("_")[0] in _EXPECTED:
+        message = f"{key} must be {_EXPECTED[kind.split('_')[0]]}, got {_shown(value)}"
+    else:  # a check pydantic words itself; still one line with the key
+        message = f"{key}: {e['msg'][:1].lower()}{e['msg'][1:]}"
+    return ConfigError(f"{where}: {message}", key=key, path=where, hint=hint)
 
 
-def _check_url(url: str, key: str, where: str) -> None:
-    if url and not re.match(r"^https?://[^\s/]+", url):
-        raise ConfigError(f"{where}: {key} must be an http(s) URL, got {_shown(url)}", key=key, path=where)
-    if url and re.match(r"^https?://[^/]*@", url):
-        raise ConfigError(f"{where}: {key} must not carry credentials; use the provider's environment variable", key=key, path=where)
-def _check_query(query: QueryConfig, where: str) -> None:
-    if query.fusion not in FUSIONS:
-        raise ConfigError(f"{where}: query.fusion must be one of {', '.join(FUSIONS)}, got {_shown(query.fusion)}", key="query.fusion", path=where)
-    if query.vector_weight < 0 or query.text_weight < 0 or query.vector_weight + query.text_weight == 0:
-        raise ConfigError(f"{where}: query.vector_weight and query.text_weight must be >= 0, not both 0", key="query.vector_weight", path=where)
-    if query.rrf_k < 1:
-        raise ConfigError(f"{where}: query.rrf_k must be >= 1", key="query.rrf_k", path=where)
-    if query.candidate_multiplier < 1:
-        raise ConfigError(f"{where}: query.candidate_multiplier must be >= 1", key="query.candidate_multiplier", path=where)
-    if not 0.0 <= query.mmr_lambda <= 1.0:
-        raise ConfigError(f"{where}: query.mmr_lambda must be between 0 and 1", key="query.mmr_lambda", path=where)
-    if query.recency_half_life_days < 0:
-        raise ConfigError(f"{where}: query.recency_half_life_days must be >= 0 (0 = off)", key="query.recency_half_life_days", path=where)
+def _refuse_odd_names(node: Any, where: str, prefix: str = "") -> None:
+    """Setting names are strings (YAML also allows `1:`, `null:`, `true:`), and config_path is not one."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if not prefix and key in _NOT_KEYS:
+                raise ConfigError(f"{where}: unknown setting {key!r} (allowed: {', '.join(_allowed(Settings))})", key=key, path=where)
+            if not isinstance(key, str):
+                name = f"{prefix}{_shown(key, quote=False)}"
+                raise ConfigError(f"{where}: unknown setting {name!r}: setting names are words", key=name, path=where)
+            _refuse_odd_names(value, where, f"{prefix}{key}.")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            _refuse_odd_names(value, where, f"{prefix[:-1]}[{i}].")
+
+
+def _dotted(loc: list[Any]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _unwrap(annotation: Any) -> Any:
+    """``X`` of ``X | None``, ``tuple[X, ...]``, ``dict[str, X]`` and ``Annotated[X, ...]``."""
+    while True:
+        origin = typing.get_origin(annotation)
+        if origin is Annotated:
+            annotation = typing.get_args(annotation)[0]
+        elif origin in (typing.Union, types.UnionType):
+            annotation = next(a for a in typing.get_args(annotation) if a is not type(None))
+        else:
+            return annotation
+
+
+def _walk(loc: list[Any]) -> tuple[Any, Any]:
+    """(the dataclass holding the last field of ``loc``, that field's annotation)."""
+    owner: Any = Settings
+    annotation: Any = Settings
+    for part in loc:
+        inner = _unwrap(annotation)
+        if isinstance(part, str) and dataclasses.is_dataclass(inner):
+            fields = getattr(inner, "__pydantic_fields__", {})
+            if part not in fields:
+                return owner, None
+            owner, annotation = inner, _field_annotation(fields[part])
+        elif typing.get_origin(inner) in (tuple, dict):
+            annotation = typing.get_args(inner)[-1 if typing.get_origin(inner) is dict else 0]
+    return owner, annotation
+
+
+def _field_annotation(info: Any) -> Any:
+    # pydantic keeps Annotated metadata aside from the annotation; put it back for _range.
+    return Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
+
+
+def _owner(loc: list[Any]) -> Any:
+    _, annotation = _walk(loc)
+    return _unwrap(annotation) if loc else Settings
+
+
+def _annotation(loc: list[Any]) -> Any:
+    return _walk(loc)[1]
+
+
+def _allowed(cls: Any) -> list[str]:
+    fields = getattr(cls, "__pydantic_fields__", {})
+    return sorted(k for k in fields if k not in _NOT_KEYS)
+
+
+def _range(annotation: Any) -> str:
+    bounds: dict[str, Any] = {}
+    stack = [annotation]
+    while stack:
+        a = stack.pop()
+        if typing.get_origin(a) is Annotated:
+            for m in typing.get_args(a)[1:]:
+                stack.extend(getattr(m, "metadata", ()))  # a pydantic FieldInfo
+                stack.append(m)
+            stack.append(typing.get_args(a)[0])
+        elif typing.get_origin(a) in (typing.Union, types.UnionType):
+            stack.extend(typing.get_args(a))
+        elif isinstance(a, annotated_types.BaseMetadata):
+            bounds.update({k: getattr(a, k) for k in ("ge", "gt", "le", "lt") if hasattr(a, k)})
+    if "ge" in bounds and "le" in bounds:
+        return f"between {bounds['ge']} and {bounds['le']}"
+    parts = [f"{op} {bounds[k]}" for k, op in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")) if k in bounds]
+    return " and ".join(parts) or "in range"
+
+
+# --- secrets -----------------------------------------------------------------------------
 
 
 def _refuse_secrets(node: Any, where: str, prefix: str = "") -> None:
@@ -612,48 +740,3 @@ def _shown(value: Any, *, quote: bool = True) -> str:
         return _NOT_SHOWN
     text = repr(value) if quote else str(value)
     return text if len(text) <= 80 else text[:77] + "..."
-
-
-def _check_keys(mapping: dict, allowed: set[str], prefix: str, where: str) -> None:
-    for key in mapping:
-        if key not in allowed:
-            raise ConfigError(
-                f"{where}: unknown setting '{prefix}{key}' (allowed: {', '.join(sorted(allowed))})",
-                key=f"{prefix}{key}",
-                path=where,
-            )
-
-
-def _section(raw: dict, name: str, cls: type, where: str):
-    value = raw.get(name, {}) or {}
-    if not isinstance(value, dict):
-        raise ConfigError(f"{where}: '{name}' must be a mapping", key=name, path=where)
-    defaults = cls()
-    allowed = set(defaults.__dataclass_fields__)
-    _check_keys(value, allowed, name + ".", where)
-    kwargs = {}
-    for key, val in value.items():
-        expected = type(getattr(defaults, key))
-        if expected is float and isinstance(val, int) and not isinstance(val, bool):
-            val = float(val)
-        if not isinstance(val, expected) or (expected is int and isinstance(val, bool)):
-            raise ConfigError(
-                f"{where}: {name}.{key} must be {expected.__name__}, got {_shown(val)}", key=f"{name}.{key}", path=where
-            )
-        kwargs[key] = val
-    return cls(**kwargs)
-
-
-def _path(value: Any, base_dir: Path, key: str, where: str) -> Path:
-    if not isinstance(value, str) or not value:
-        raise ConfigError(f"{where}: {key} must be a path string", key=key, path=where)
-    path = Path(os.path.expandvars(value)).expanduser()
-    return (path if path.is_absolute() else base_dir / path).resolve()
-
-
-def _globs(value: Any, key: str, where: str) -> tuple[str, ...]:
-    if isinstance(value, str):
-        value = [value]
-    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-        raise ConfigError(f"{where}: {key} must be a list of glob strings", key=key, path=where)
-    return tuple(value)

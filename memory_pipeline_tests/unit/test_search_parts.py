@@ -214,8 +214,8 @@ def test_mmr_prefers_a_different_note_over_a_near_duplicate():
         ("query", {"recency_half_life_days": -1}, "query.recency_half_life_days"),
         ("query", {"rrf_k": 0}, "query.rrf_k"),
         ("query", {"vector_weight": 0, "text_weight": 0}, "query.vector_weight"),
-        ("ann", {"index_type": "HNSW"}, "ann"),
-        ("ann", {"min_rows": 10}, "ann"),
+        ("ann", {"index_type": "HNSW"}, "ann.index_type"),
+        ("ann", {"min_rows": 10}, "ann.min_rows"),
         ("fts", {"stem": "yes"}, "fts.stem"),
     ],
 )
