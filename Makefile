@@ -27,7 +27,7 @@ define apt_missing
 	fi
 endef
 
-.PHONY: run test test-fast fuzz bench bench-quick ui venv system-packages media-tools sample-media clean
+.PHONY: run test test-fast fuzz bench bench-quick ui notebook venv system-packages media-tools sample-media clean
 
 venv: media-tools $(STAMP)
 
@@ -89,6 +89,16 @@ ui: venv
 	home=$$($(BIN)/python -c "from memory_pipeline.runner import ensure_dagster_home as h; from memory_pipeline.settings import load_settings as s; print(h(s('$(CONFIG)')))") && \
 	DAGSTER_HOME=$$home MEMORY_PIPELINE_CONFIG=$(abspath $(CONFIG)) DAGSTER_DISABLE_TELEMETRY=1 VIRTUAL_ENV=$(abspath $(BIN)/..) \
 		exec $(BIN)/dg dev --host 127.0.0.1 --port $${PORT:-3000}
+
+# The coverage notebook (notebooks/coverage.ipynb) in Jupyter, charts inline, on the index of
+# $(CONFIG), brought up to date first (nothing is embedded again when nothing changed). The kernel is
+# this .venv's python3 and reads MEMORY_PIPELINE_CONFIG; JUPYTER_ARGS adds server options
+# (e.g. --no-browser); as root (containers, CI) it passes --allow-root, which Jupyter asks for.
+# `exec`, as for `make ui`, so Ctrl-C stops the server.
+notebook: venv
+	$(BIN)/memory index --config $(CONFIG)
+	MEMORY_PIPELINE_CONFIG=$(abspath $(CONFIG)) exec $(BIN)/jupyter notebook --ip 127.0.0.1 --port $${PORT:-8888} \
+		--ServerApp.root_dir=notebooks $(if $(SUDO),,--allow-root) $(JUPYTER_ARGS) notebooks/coverage.ipynb
 
 # Regenerates the shipped sample media (deterministic: the same bytes every time).
 sample-media: venv
