@@ -429,6 +429,18 @@ def cmd_doctor(args) -> int:
     return 0 if report["ok"] else 1
 
 
+# --- config ------------------------------------------------------------------------------
+
+
+def cmd_config(args) -> int:
+    from memory_pipeline import config_cmd
+
+    try:
+        return config_cmd.run(args)
+    except config_cmd.SettingRefused as err:  # a key or value that cannot be set: a usage error
+        raise UsageError(shown(err)) from err
+
+
 # --- analytics ---------------------------------------------------------------------------
 
 
@@ -609,6 +621,20 @@ def build_parser() -> argparse.ArgumentParser:
     p = _sub(sub, "status", [common], "provider, table, sources, cache and last run", "memory status --json")
     p.add_argument("--json", action="store_true", help=JSON_HELP)
     p.set_defaults(func=cmd_status)
+
+    p = _sub(sub, "config", [], "show the effective configuration, or change one setting in the file",
+             "memory config set chunking.tokens 256",
+             "memory config show [KEY] [--json]: every setting, defaults included (paths written with $VARS as written)\n"
+             "memory config set KEY VALUE: validated with the whole file before it is written (comments kept)")
+    config_sub = p.add_subparsers(dest="action", required=True)
+    c = _sub(config_sub, "show", [common], "print every setting, defaults included, as YAML (or JSON)", "memory config show query --json")
+    c.add_argument("key", nargs="?", help="only this setting or section, e.g. query.min_score or sources[0]")
+    c.add_argument("--json", action="store_true", help=JSON_HELP)
+    c = _sub(config_sub, "set", [common], "set one setting in the config file (created if missing), validated first",
+             "memory config set multimodal.types \"[image, pdf]\"")
+    c.add_argument("key", help="the setting, dotted, e.g. chunking.tokens or sources[0].path")
+    c.add_argument("value", help="its value as YAML: a number, true/false, text, null or a list, e.g. 256 or \"[image, pdf]\"")
+    p.set_defaults(func=cmd_config)
     return parser
 
 
