@@ -1,0 +1,254 @@
+"""What the server does, without HTTP: search, read lines, write a note, status, index.
+
+Routes (``routes_*``) and MCP tools (``mcp_server``) are thin wrappers over ``MemoryService``;
+both raise and translate the same errors. Writes (notes, assets, deletes) run one at a time
+under ``write_lock`` and end with an index run; searches never take that lock.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from datetime import date, datetime, timezone
+from pathlib import Path
+
+from memory_pipeline.discovery import INDEXED_MODALITIES, doc_id, is_selected, sniff
+from memory_pipeline.errors import ConfigError, MemoryPipelineError
+from memory_pipeline.service.files import rel_parts, write_file
+from memory_pipeline.service.warm import WarmSearcher
+from memory_pipeline.settings import Settings
+
+MAX_LINES = 2000
+NOTE_SUFFIXES = (".md", ".markdown", ".txt")
+
+
+class NotFound(MemoryPipelineError):
+    """The thing asked for does not exist (HTTP 404); ``key`` names the field that named it."""
+
+    def __init__(self, message: str, *, key: str = "") -> None:
+        super().__init__(message)
+        self.key = key
+
+
+class Unsupported(MemoryPipelineError):
+    """A file of a kind this call does not take (HTTP 415); ``key`` names the field."""
+
+    def __init__(self, message: str, *, key: str = "") -> None:
+        super().__init__(message)
+        self.key = key
+
+
+class TooLarge(MemoryPipelineError):
+    """Over ``multimodal.max_file_bytes`` (HTTP 413), with the message `memory store` prints."""
+
+
+class MemoryService:
+    """The memory folder and its index, as one long-lived object (settings, warm searcher, write lock)."""
+
+    def __init__(self, settings: Settings, *, refresh_seconds: float = 0.25) -> None:
+        self.settings = settings
+        self.searcher = WarmSearcher(settings, refresh_seconds=refresh_seconds)
+        self.write_lock = threading.Lock()
+        self.started = time.time()
+        self.ready = False
+        self.last_index: dict | None = None
+
+    # --- reads -------------------------------------------------------------------------
+
+    def search(
+        self,
+        query: str,
+        *,
+        max_results: int | None = None,
+        min_score: float | None = None,
+        mode: str = "hybrid",
+        fusion: str | None = None,
+        source: str | None = None,
+        path: str | None = None,
+        types: list[str] | None = None,
+        modality: list[str] | None = None,
+        since: date | None = None,
+        until: date | None = None,
+        mmr: bool | None = None,
+        mmr_lambda: float | None = None,
+        recency_half_life_days: float | None = None,
+        query_media: list[tuple[str, str]] | None = None,
+    ) -> list:
+        """``SearchResult`` rows, exactly as `memory search` computes them."""
+        from memory_pipeline.search import SearchFilters
+
+        searcher = self.searcher.get()
+        filters = SearchFilters(
+            source=source or None,
+            modality=tuple(modality or ()),
+            path_glob=path or None,
+            since=since,
+            until=until,
+            types=tuple(types or ()),
+        )
+        opts = searcher.options(
+            max_results=max_results, min_score=min_score, mode=mode, fusion=fusion, mmr=mmr, mmr_lambda=mmr_lambda,
+            recency_half_life_days=recency_half_life_days, filters=filters, query_media=query_media,
+        )  # fmt: skip
+        return searcher.search(query, opts)
+
+    def locate(self, path: str, source: str | None = None) -> tuple[str, str, str]:
+        """``(source name, relative path, absolute path)`` of a file named by an agent, inside a source folder.
+
+        ``path`` is absolute (as search results give it) or relative to ``source`` (default: the
+        first source holding it). Anything outside every source folder is refused.
+        """
+        if not isinstance(path, str) or not path.strip() or "\x00" in path:
+            raise ConfigError("path must name a file inside a source folder", key="path")
+        sources = [self.settings.source(source)] if source else list(self.settings.sources)
+        if os.path.isabs(path):
+            literal = os.path.abspath(path)
+            for s in sources:
+                for root in (os.path.abspath(s.path), os.path.realpath(s.path)):
+                    if literal.startswith(root.rstrip(os.sep) + os.sep):
+                        rel = os.path.relpath(literal, root).replace(os.sep, "/")
+                        rel_parts(rel, field="path")
+                        return s.name, rel, literal
+            raise ConfigError(f"path {path!r} is not inside a source folder", key="path")
+        parts = rel_parts(path, field="path")
+        rel = "/".join(parts)
+        for s in sources:
+            candidate = os.path.join(os.path.abspath(s.path), *parts)
+            if os.path.lexists(candidate):
+                return s.name, rel, candidate
+        raise NotFound(f"no file {path!r} in {'source ' + repr(source) if source else 'any source folder'}", key="path")
+
+    def get_lines(self, path: str, *, start: int = 1, lines: int | None = None, source: str | None = None) -> dict:
+        """Lines ``start``… of a text file inside a source folder (what an agent reads after a search hit)."""
+        from memory_pipeline.safeio import UnsafeFileError, open_file
+
+        if start < 1:
+            raise ConfigError("from must be 1 or more", key="from")
+        count = MAX_LINES if lines is None else lines
+        if count < 1 or count > MAX_LINES:
+            raise ConfigError(f"lines must be between 1 and {MAX_LINES}", key="lines")
+        name, rel, abs_path = self.locate(path, source)
+        root = self.settings.source(name).path
+        try:
+            with open_file(abs_path, root) as f:
+                if f.size > self.settings.limits.max_file_bytes:
+                    raise Unsupported(f"{rel} is {f.size} bytes, over limits.max_file_bytes", key="path")
+                data = f.pread(f.size)
+        except UnsafeFileError as err:
+            raise ConfigError(f"path {path!r} refused: {err.reason}", key="path") from err
+        except FileNotFoundError as err:
+            raise NotFound(f"no file {path!r}", key="path") from err
+        except IsADirectoryError as err:
+            raise ConfigError(f"path {path!r} is a folder", key="path") from err
+        except OSError as err:
+            raise ConfigError(f"path {path!r} cannot be read: {err.strerror or err}", key="path") from err
+        _, modality = sniff(data[:4096], rel)
+        if modality not in INDEXED_MODALITIES:
+            raise Unsupported(
+                f"{rel} is a {modality or 'binary'} file, not text; its derived text is in search results "
+                "(and its note, if any, in FILE.note.md)", key="path",
+            )  # fmt: skip
+        all_lines = data.decode("utf-8", errors="replace").splitlines()
+        chosen = all_lines[start - 1 : start - 1 + count]
+        return {
+            "path": abs_path,
+            "source": name,
+            "doc_id": doc_id(name, rel),
+            "from": start,
+            "to": start + len(chosen) - 1 if chosen else start - 1,
+            "total_lines": len(all_lines),
+            "truncated": start - 1 + count < len(all_lines),
+            "text": "\n".join(chosen),
+        }
+
+    def status(self) -> dict:
+        """Provider, table, sources and last run, as an agent needs them (a light `memory status`)."""
+        from memory_pipeline.runner import last_run
+        from memory_pipeline.stores import generations
+
+        searcher = self.searcher.get()
+        table = searcher.table
+        run = last_run(self.settings) or {}
+        provider = searcher.provider
+        return {
+            "ready": self.ready,
+            "uptime_seconds": round(time.time() - self.started, 1),
+            "config": str(self.settings.config_path or ""),
+            "data_dir": str(self.settings.data_dir),
+            "provider": provider.name if provider else "none",
+            "model": getattr(provider, "model", None) if provider else None,
+            "dims": searcher.dims,
+            "native_media": native_available(self.settings, searcher),
+            "table": {
+                "name": searcher.store.table_name,
+                "exists": table is not None,
+                "rows": table.count_rows() if table is not None else 0,
+                "version": table.version if table is not None else None,
+            },
+            "generations": generations.describe(self.settings),
+            "sources": [{"name": s.name, "path": str(s.path)} for s in self.settings.sources],
+            "last_run": {k: v for k, v in run.items() if k != "errors"} | ({"errors": len(run.get("errors", []))} if run else {}),
+        }
+
+    # --- writes ------------------------------------------------------------------------
+
+    def index(self) -> dict:
+        """One index run (serialized with every other write of this server); returns its summary."""
+        from memory_pipeline.runner import run_index
+
+        with self.write_lock:
+            summary = run_index(self.settings)
+        self.searcher.invalidate()
+        self.last_index = summary
+        self._refresh_runs()
+        return summary
+
+    def _refresh_runs(self) -> None:
+        from memory_pipeline.stores.analytics import refresh_runs
+
+        try:
+            refresh_runs(self.settings)
+        except Exception:  # noqa: BLE001 - the index is fine; only the analytics copy of `runs` lags
+            pass
+
+    def write_note(self, text: str, *, path: str | None = None, source: str | None = None, append: bool = True, index: bool = True) -> dict:
+        """Write (or append to) a markdown note in a source folder and index it.
+
+        Default file: ``memory/YYYY-MM-DD.md`` (today, UTC) in the first source, appended to.
+        """
+        if not isinstance(text, str) or not text.strip():
+            raise ConfigError("text must not be empty", key="text")
+        src = self.settings.source(source) if source else self.settings.sources[0]
+        rel = path or f"memory/{datetime.now(timezone.utc).date().isoformat()}.md"
+        parts = rel_parts(rel, field="path")
+        if not parts[-1].lower().endswith(NOTE_SUFFIXES):
+            raise ConfigError(f"path must end with {', '.join(NOTE_SUFFIXES)}: {rel!r}", key="path")
+        rel = "/".join(parts)
+        if not is_selected(rel, src):
+            raise ConfigError(f"{rel} is excluded by the include/exclude globs of source {src.name!r}", key="path")
+        data = text.strip() + "\n"
+        with self.write_lock:
+            target = Path(src.path, *parts)
+            if append and target.is_file() and target.stat().st_size > 0:
+                data = "\n" + data
+            try:
+                written = write_file(src.path, parts, data.encode("utf-8"), append=append)
+            except (NotADirectoryError, IsADirectoryError, FileExistsError) as err:
+                raise ConfigError(f"cannot write {rel}: a folder or file of that name is in the way", key="path") from err
+            except OSError as err:
+                if err.errno in (40,):  # ELOOP: a link planted where a folder or the note should be
+                    raise ConfigError(f"cannot write {rel}: a link is in the way", key="path") from err
+                raise
+        out = {"path": str(written), "source": src.name, "doc_id": doc_id(src.name, rel), "bytes": len(data.encode("utf-8")), "indexed": False}
+        if index:
+            run = self.index()
+            out["indexed"] = True
+            out["run"] = {k: run.get(k) for k in ("files_changed", "chunks_total", "rows_written", "table_rows")}
+        return out
+
+
+def native_available(settings: Settings, searcher) -> bool:
+    """Whether this index has native media vectors (and can embed a query file natively)."""
+    mm = settings.multimodal
+    return bool(mm.native and mm.enabled and searcher.provider is not None and getattr(searcher.provider, "supports_multimodal", False))

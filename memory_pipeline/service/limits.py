@@ -1,0 +1,70 @@
+"""Request bodies capped at ``multimodal.max_file_bytes`` (plus room for a multipart envelope).
+
+A body over the cap is refused with 413 and the message `memory store` prints for a file over
+the limit, before it is read when ``Content-Length`` says so, else as soon as the count passes.
+"""
+
+from __future__ import annotations
+
+import json
+
+ENVELOPE = 64 * 1024  # multipart boundaries, part headers and the small form fields
+
+
+class BodyTooLarge(Exception):
+    pass
+
+
+def too_large_message(limit: int, name: str = "upload") -> str:
+    return f"File {name} exceeds {limit} bytes limit for embedding"
+
+
+class BodyLimit:
+    """ASGI middleware counting request body bytes."""
+
+    def __init__(self, app, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+        self.cap = limit + ENVELOPE
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        length = dict(scope.get("headers") or []).get(b"content-length")
+        if length is not None:
+            try:
+                too_big = int(length) > self.cap
+            except ValueError:
+                return await _reply(send, 400, {"error": "Content-Length is not a number", "field": "Content-Length"})
+            if too_big:
+                return await _reply(send, 413, {"error": too_large_message(self.limit), "field": "body"})
+        seen = 0
+        started = False
+
+        async def counted():
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.cap:
+                    raise BodyTooLarge()
+            return message
+
+        async def watched(message):
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, counted, watched)
+        except BodyTooLarge:
+            if not started:
+                await _reply(send, 413, {"error": too_large_message(self.limit), "field": "body"})
+
+
+async def _reply(send, status: int, payload: dict) -> None:
+    body = json.dumps(payload).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})  # fmt: skip
+    await send({"type": "http.response.body", "body": body})
