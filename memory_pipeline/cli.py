@@ -96,6 +96,16 @@ def _failed_run(settings, err: BaseException) -> dict:
 
 
 def cmd_search(args) -> int:
+    if not (args.image or args.audio or args.no_server):
+        from memory_pipeline.service.client import remote_search
+
+        answer = remote_search(args, bold=sys.stdout.isatty())  # None: no server for this data folder
+        if answer is not None:
+            if args.json:
+                _print_json({"query": args.query, "results": answer["results"]})
+            else:
+                print(answer["text"] if answer["results"] else f"No relevant memories for {args.query!r}.")
+            return 0
     from memory_pipeline.search import search
 
     settings = _settings(args)
@@ -136,13 +146,16 @@ def cmd_search(args) -> int:
 
 
 def _file_queries(args, settings) -> list[str]:
-    """The derived text of ``--image`` / ``--audio`` files, used as query text.
+    """The derived text of ``--image`` / ``--audio`` files, used as query text (unless --retrieval-mode native).
 
     With native media vectors on, a file without text is fine: its own vector searches.
     """
     from memory_pipeline.querying import derived_query_text
+    from memory_pipeline.service.retrieval import plan
 
     native = settings.multimodal.native and settings.multimodal.enabled
+    if not _query_files(args) or not plan(args.retrieval_mode, native, field="--retrieval-mode")[0]:
+        return []
     return [derived_query_text(path, expected, settings, allow_empty=native) for path, expected in _query_files(args)]
 
 
@@ -154,7 +167,10 @@ def _query_media(args, settings) -> list[tuple[str, str]]:
     """(path, mime) of the files to embed natively for the query, when native media vectors are on."""
     from memory_pipeline.querying import query_file
 
-    if not (settings.multimodal.native and settings.multimodal.enabled):
+    from memory_pipeline.service.retrieval import plan
+
+    native = settings.multimodal.native and settings.multimodal.enabled
+    if not _query_files(args) or not plan(args.retrieval_mode, native, field="--retrieval-mode")[1]:
         return []
     return [query_file(path, expected, settings)[:2] for path, expected in _query_files(args)]
 
@@ -177,6 +193,24 @@ def cmd_store(args) -> int:
         print(f"Note saved in {done['note']}")
     run = done["run"]
     print(f"Indexed: {run['files_changed']} changed files, {run['chunks_total']} chunks; table has {run['table_rows']} rows")
+    return 0
+
+
+# --- serve / mcp -------------------------------------------------------------------------
+
+
+def cmd_serve(args) -> int:
+    from memory_pipeline.service.run import serve
+
+    serve(_settings(args), host=args.host, port=args.port, assets_source=args.assets_source,
+          cors_origins=tuple(args.cors_origin or ()), log_level=args.log_level)  # fmt: skip
+    return 0
+
+
+def cmd_mcp(args) -> int:
+    from memory_pipeline.service.mcp_server import run_stdio
+
+    run_stdio(_settings(args))
     return 0
 
 
@@ -571,6 +605,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="MMR trade-off: 1 = relevance only, 0 = diversity only, e.g. --mmr-lambda 0.7")
     p.add_argument("--recency-half-life", type=float, default=None, metavar="DAYS",
                    help="dated notes lose half their score every DAYS (0 = off), e.g. --recency-half-life 30")
+    p.add_argument("--retrieval-mode", choices=["auto", "text", "native", "hybrid"], default="auto",
+                   help="query files by their derived text (text), their native vector (native), both (hybrid), "
+                        "or text plus native when the index has native vectors (auto, the default), e.g. --retrieval-mode text")
+    p.add_argument("--no-server", action="store_true",
+                   help="search in this process even when `memory serve` runs for this data folder, e.g. --no-server")
     p.add_argument("--json", action="store_true", help=JSON_HELP)
     p.set_defaults(func=cmd_search)
 
@@ -581,6 +620,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--source", help="the source folder to copy into (default: the first), e.g. --source memory")
     p.add_argument("--json", action="store_true", help=JSON_HELP)
     p.set_defaults(func=cmd_store)
+
+    p = _sub(sub, "serve", [common], "serve the memory to agents: HTTP API, AgentOS multimodal routes, MCP at /mcp",
+             "memory serve --port 8765", "Anything but a loopback --host needs a bearer token in $MEMORY_PIPELINE_TOKEN.")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1), e.g. --host 127.0.0.1")
+    p.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 = any free port), e.g. --port 8765")
+    p.add_argument("--assets-source", metavar="NAME", help="the source ingested assets are written to (default: the first), e.g. --assets-source memory")
+    p.add_argument("--cors-origin", action="append", metavar="ORIGIN", help="allow browser calls from ORIGIN (CORS is off by default), e.g. --cors-origin http://localhost:3000")
+    p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"], help="server log level, e.g. --log-level info")
+    p.set_defaults(func=cmd_serve)
+
+    p = _sub(sub, "mcp", [common], "the MCP server (memory_search, memory_get, memory_store, memory_status) over stdio",
+             "memory mcp --config ~/agent/memory_pipeline.yaml")
+    p.set_defaults(func=cmd_mcp)
 
     p = _sub(sub, "eval", [common], "retrieval quality on a BEIR-format corpus (nDCG@10, recall, MRR, latency)",
              "memory eval --corpus corpus.jsonl --queries queries.jsonl --qrels qrels/test.tsv --mode hybrid,fts")
