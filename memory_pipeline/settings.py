@@ -492,8 +492,9 @@ def read_config_text(cfg_path: Path) -> str:
 
 def parse_yaml(text: str, where: str, *, compose: bool = False) -> Any:
     """Plain YAML (no anchors, aliases or tags that build objects); the parsed data, or its node tree."""
-    loader = _NoAliasLoader(text)
+    loader = None
     try:
+        loader = _NoAliasLoader(text)  # the reader refuses control characters here already
         return loader.get_single_node() if compose else loader.get_single_data()
     except _AliasRefused as err:
         mark = err.problem_mark
@@ -505,10 +506,11 @@ def parse_yaml(text: str, where: str, *, compose: bool = False) -> Any:
         # Only the position and the problem: the offending line may hold a secret.
         mark = getattr(err, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(err, "problem", None) or "syntax error"
+        problem = getattr(err, "problem", None) or getattr(err, "reason", None) or "syntax error"
         raise ConfigError(f"{where}: not valid YAML{at}: {problem}", path=where) from err
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 def load_settings(path: str | os.PathLike[str] | None = None) -> Settings:
