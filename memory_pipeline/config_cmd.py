@@ -151,7 +151,7 @@ def _assign(raw: dict, parts: list[Part], value: Any, key: str) -> None:
                 raise SettingRefused(f"{here} does not exist ({_render(parts[:i])} {size})", key=key)
         elif not isinstance(node, dict):
             raise SettingRefused(f"{_render(parts[:i])} is not a mapping, so it has no {part!r}", key=key)
-        elif not last and not isinstance(node.get(part), (dict, list)):
+        elif not last and node.get(part) is None:  # a missing (or empty) section is created
             node[part] = {}
         if last:
             node[part] = value
