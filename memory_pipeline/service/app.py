@@ -35,8 +35,11 @@ def _status_of(err: MemoryPipelineError) -> int:
 
 
 def _field_of(loc) -> str:
-    parts = [str(p) for p in loc if p not in ("body", "query", "path", "form", "header")]
-    return ".".join(parts) or (str(loc[0]) if loc else "body")
+    """``("body", "types", 0)`` → ``types.0``: the field, without where it was (body, query, path, …)."""
+    parts = [str(p) for p in loc]
+    if len(parts) > 1 and parts[0] in ("body", "query", "path", "form", "header", "cookie"):
+        parts = parts[1:]
+    return ".".join(parts) or "body"
 
 
 def create_app(

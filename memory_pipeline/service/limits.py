@@ -11,10 +11,6 @@ import json
 ENVELOPE = 64 * 1024  # multipart boundaries, part headers and the small form fields
 
 
-class BodyTooLarge(Exception):
-    pass
-
-
 def too_large_message(limit: int, name: str = "upload") -> str:
     return f"File {name} exceeds {limit} bytes limit for embedding"
 
@@ -39,28 +35,33 @@ class BodyLimit:
             if too_big:
                 return await _reply(send, 413, {"error": too_large_message(self.limit), "field": "body"})
         seen = 0
-        started = False
+        over = False
 
         async def counted():
-            nonlocal seen
+            # Past the cap the body is cut short; whatever the app answers then is replaced by a 413.
+            nonlocal seen, over
+            if over:
+                return {"type": "http.request", "body": b"", "more_body": False}
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.cap:
-                    raise BodyTooLarge()
+                    over = True
+                    return {"type": "http.request", "body": b"", "more_body": False}
             return message
 
+        replaced = False
+
         async def watched(message):
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
+            nonlocal replaced
+            if over and message["type"] == "http.response.start":
+                replaced = True
+                return await _reply(send, 413, {"error": too_large_message(self.limit), "field": "body"})
+            if replaced:
+                return None
             await send(message)
 
-        try:
-            await self.app(scope, counted, watched)
-        except BodyTooLarge:
-            if not started:
-                await _reply(send, 413, {"error": too_large_message(self.limit), "field": "body"})
+        await self.app(scope, counted, watched)
 
 
 async def _reply(send, status: int, payload: dict) -> None:

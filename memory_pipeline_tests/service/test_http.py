@@ -1,0 +1,203 @@
+"""`memory serve` over real HTTP: health, schema, search with every option, memory_get, notes,
+status, errors that name the field, the body cap, traversal, the server file and `memory search`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from memory_pipeline_tests.service.conftest import cli_env, memory
+
+pytestmark = pytest.mark.slow
+
+
+def search(server, **body):
+    resp = server.http.post("/api/memory/search", json=body)
+    assert resp.status_code == 200, resp.text
+    return resp.json()["results"]
+
+
+def test_health_ready_and_schema(server):
+    assert server.http.get("/healthz").json() == {"ok": True}
+    assert server.http.get("/readyz").json() == {"ready": True}
+    paths = server.http.get("/openapi.json").json()["paths"]
+    for route in ("/api/memory/search", "/api/memory/get", "/api/memory/notes", "/api/memory/status",
+                  "/api/agentos/rag/multimodal/images/ingest", "/api/agentos/rag/multimodal/audio/ingest",
+                  "/api/agentos/rag/multimodal/documents/ingest", "/api/agentos/rag/multimodal/query",
+                  "/api/agentos/rag/multimodal/images/query", "/api/agentos/rag/multimodal/audio/query",
+                  "/api/agentos/rag/multimodal/assets/{assetId}", "/api/agentos/rag/multimodal/assets/{assetId}/content"):  # fmt: skip
+        assert route in paths, route
+
+
+def test_search_finds_the_right_note(server):
+    results = search(server, query="which vector database did we choose for the support bot")
+    assert results and results[0]["path"].endswith("2026-11-01.md")
+    assert {"path", "line_start", "line_end", "score", "snippet", "chunk_id", "doc_id"} <= set(results[0])
+
+
+def test_search_options(server):
+    assert search(server, query="standup", mode="fts")[0]["path"].endswith("2026-11-01.md")
+    assert search(server, query="daily standup meeting time", mode="vector", max_results=1, min_score=0)[0]["path"].endswith("2026-11-01.md")
+    assert all("people/" in r["path"] for r in search(server, query="on call", path="people/*", min_score=0))
+    dated = search(server, query="deploys rollback standup", since="2026-11-10", until="2026-11-30", min_score=0)
+    assert dated and all(r["path"].endswith("2026-11-12.md") for r in dated)
+    assert search(server, query="standup", source="nope") == []
+    assert search(server, query="warehouse scanners", types=["text"], fusion="rrf", mmr=True, mmr_lambda=0.5,
+                  recency_half_life_days=30)[0]["path"].endswith("warehouse.txt")  # fmt: skip
+    assert search(server, query="warehouse scanners", types=["image"]) == []
+    assert search(server, query="zebra giraffe polka") == []  # abstains
+
+
+def test_search_renders_like_the_cli(server):
+    resp = server.http.post("/api/memory/search", json={"query": "standup", "render": "plain"}).json()
+    assert "— Text Results —" in resp["text"] and "**Standup**" in resp["text"]
+
+
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({}, "query"),
+        ({"query": ""}, "query"),
+        ({"query": "x", "max_results": 0}, "max_results"),
+        ({"query": "x", "mode": "magic"}, "mode"),
+        ({"query": "x", "types": ["spreadsheet"]}, "types.0"),
+        ({"query": "x", "since": "yesterday"}, "since"),
+        ({"query": "x", "since": "2026-12-01", "until": "2026-11-01"}, "since"),
+        ({"query": "x", "unknown": 1}, "unknown"),
+        ({"query": "x", "min_score": 2}, "min_score"),
+    ],
+)
+def test_bad_search_input_names_the_field(server, body, field):
+    resp = server.http.post("/api/memory/search", json=body)
+    assert resp.status_code == 422, resp.text
+    assert resp.json()["field"] == field
+    assert "Traceback" not in resp.text
+
+
+def test_not_json_is_a_4xx(server):
+    resp = server.http.post("/api/memory/search", content=b"{not json", headers={"content-type": "application/json"})
+    assert resp.status_code == 422 and resp.json()["field"]
+
+
+def test_memory_get_lines(server, memory_config):
+    hit = search(server, query="Dana routing-api")[0]
+    got = server.http.get("/api/memory/get", params={"path": hit["path"], "from": 2, "lines": 1}).json()
+    assert got["text"] == "Dana owns routing-api and prefers async reviews."
+    assert (got["from"], got["to"], got["total_lines"], got["truncated"]) == (2, 2, 3, True)
+    rel = server.http.get("/api/memory/get", params={"path": "people/dana.md", "source": "mem"}).json()
+    assert rel["text"].startswith("# Dana") and rel["doc_id"] == "mem:people/dana.md"
+
+
+def test_memory_get_stays_inside_the_sources(server, memory_config, tmp_path):
+    mem = memory_config.parent / "mem"
+    secret = tmp_path / "outside.txt"
+    secret.write_text("the outside secret\n")
+    (mem / "escape.md").symlink_to(secret)
+    (mem / "media").mkdir(exist_ok=True)
+    (mem / "media" / "photo.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 64)
+    for path, status in [
+        ("../memory_pipeline.yaml", 422),
+        (str(memory_config), 422),
+        ("/etc/passwd", 422),
+        (str(mem / ".." / "memory_pipeline.yaml"), 422),
+        ("escape.md", 422),
+        (str(mem / "escape.md"), 422),
+        ("missing.md", 404),
+        ("people", 422),
+        ("media/photo.png", 415),
+        ("a\\b.md", 422),
+    ]:
+        resp = server.http.get("/api/memory/get", params={"path": path})
+        assert resp.status_code == status, (path, resp.text)
+        assert resp.json()["field"] == "path"
+        assert "outside secret" not in resp.text
+    assert server.http.get("/api/memory/get", params={"path": "people/dana.md", "lines": 0}).status_code == 422
+
+
+def test_write_note_then_find_it(server, memory_config):
+    resp = server.http.post("/api/memory/notes", json={"text": "The retro moved to Wednesday at 4pm in room Borealis.", "path": "notes/retro.md"})
+    assert resp.status_code == 200, resp.text
+    note = resp.json()
+    assert note["indexed"] and note["doc_id"] == "mem:notes/retro.md"
+    assert (memory_config.parent / "mem" / "notes" / "retro.md").read_text().startswith("The retro moved")
+    assert search(server, query="when is the retro")[0]["path"].endswith("notes/retro.md")
+    for bad in ({"text": "x", "path": "../x.md"}, {"text": "x", "path": "/tmp/x.md"}, {"text": "x", "path": "notes/x.sh"},
+                {"text": "x", "path": ".hidden/x.md"}, {"text": "  "}, {"text": "x", "source": "nope"}):  # fmt: skip
+        resp = server.http.post("/api/memory/notes", json=bad)
+        assert resp.status_code == 422, (bad, resp.text)
+        assert resp.json()["field"] in ("path", "text", "source", "sources")
+    assert not (memory_config.parent / "x.md").exists()
+
+
+def test_status(server):
+    status = server.http.get("/api/memory/status").json()
+    assert status["ready"] and status["provider"] == "local" and status["table"]["rows"] > 0
+    assert status["native_media"] is False
+
+
+def test_body_cap_413_with_the_cli_message(server):
+    big = b"x" * (2 * 1024 * 1024 + 128 * 1024)
+    resp = server.http.post("/api/agentos/rag/multimodal/documents/ingest", files={"document": ("big.txt", big, "text/plain")})
+    assert resp.status_code == 413
+    assert resp.json()["error"] == "File upload exceeds 2097152 bytes limit for embedding"
+
+    def chunks():  # no Content-Length: counted as it arrives
+        for _ in range(40):
+            yield b"y" * 65536
+
+    resp = server.http.post("/api/memory/search", content=chunks(), headers={"content-type": "application/json"})
+    assert resp.status_code == 413
+
+
+def test_file_over_the_limit_is_named(server):
+    just_over = b"a" * (2 * 1024 * 1024 + 1)
+    resp = server.http.post("/api/agentos/rag/multimodal/documents/ingest", files={"document": ("notes.txt", just_over, "text/plain")})
+    assert resp.status_code == 413
+    assert resp.json()["error"] == "File notes.txt exceeds 2097152 bytes limit for embedding"
+
+
+def test_foreign_host_header_is_refused(server):
+    resp = server.http.get("/api/memory/status", headers={"host": "evil.example:80"})
+    assert resp.status_code == 400
+
+
+def test_no_cors_by_default(server):
+    resp = server.http.options("/api/memory/search", headers={"origin": "http://evil.example", "access-control-request-method": "POST"})
+    assert "access-control-allow-origin" not in resp.headers
+
+
+def test_cli_search_goes_through_the_running_server(server, memory_config):
+    code = ("import sys; from memory_pipeline.cli import main; rc = main(['search', '--config', sys.argv[1], 'standup room', '--json']);"
+            "print('IN_PROCESS' if 'memory_pipeline.search' in sys.modules else 'SERVED', file=sys.stderr); sys.exit(rc)")  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", code, str(memory_config)], cwd=memory_config.parent, env=cli_env(),
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "SERVED" in done.stderr
+    assert json.loads(done.stdout)["results"][0]["path"].endswith("2026-11-01.md")
+    plain = memory("search", "--config", str(memory_config), "standup room", cwd=memory_config.parent)
+    assert plain.returncode == 0 and "— Text Results —" in plain.stdout and "2026-11-01.md" in plain.stdout
+
+
+def test_cli_search_falls_back_in_process_without_a_live_server(tmp_path, memory_config):
+    import shutil
+
+    root = tmp_path / "copy"
+    shutil.copytree(memory_config.parent, root, ignore=shutil.ignore_patterns("serve-*.log"))
+    cfg = root / "memory_pipeline.yaml"
+    (root / "index" / "server.json").write_text(json.dumps({"url": "http://127.0.0.1:9", "pid": 2**22 + 17, "config": str(cfg)}))
+    done = memory("search", "--config", str(cfg), "standup room", "--json", cwd=root)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["results"][0]["path"].endswith("2026-11-01.md")
+
+
+def test_retrieval_mode_native_without_native_vectors_is_an_error(server, memory_config, tmp_path):
+    from memory_pipeline import sample_media as sm
+
+    image = sm.text_image(tmp_path / "q.png", ["ACME CORP receipt"])
+    done = memory("search", "--config", str(memory_config), "--image", str(image), "--retrieval-mode", "native", cwd=memory_config.parent)
+    assert done.returncode == 1
+    assert "--retrieval-mode native needs native media vectors" in done.stderr
