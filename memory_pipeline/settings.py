@@ -61,10 +61,9 @@ _NOT_SHOWN = "<value not shown>"
 
 # Field types. Strict: YAML `tokens: "400"` or `enabled: yes-as-a-string` is an error, not a guess;
 # an int is still a valid float. NaN and infinities are refused (allow_inf_nan below).
-Int = Annotated[int, Strict()]
 PositiveInt = Annotated[int, Strict(), Field(ge=1)]
 NonNegativeInt = Annotated[int, Strict(), Field(ge=0)]
-Number = Annotated[float, Strict()]
+NonNegativeNumber = Annotated[float, Strict(), Field(ge=0)]
 PositiveNumber = Annotated[float, Strict(), Field(gt=0)]
 Share = Annotated[float, Strict(), Field(ge=0, le=1)]
 Bool = Annotated[bool, Strict()]
@@ -152,14 +151,14 @@ class CacheConfig:
 class QueryConfig:
     max_results: PositiveInt = 6
     min_score: Share = 0.4
-    vector_weight: Annotated[float, Strict(), Field(ge=0)] = 0.7
-    text_weight: Annotated[float, Strict(), Field(ge=0)] = 0.3
+    vector_weight: NonNegativeNumber = 0.7
+    text_weight: NonNegativeNumber = 0.3
     fusion: Fusion = "weighted"  # weighted (noisy-OR of calibrated scores) | rrf
     rrf_k: PositiveInt = 60
     candidate_multiplier: PositiveInt = 4  # each leg's candidate pool = max_results x this (at least 20)
     mmr: Bool = False  # diversity: maximal marginal relevance over the fused results
     mmr_lambda: Share = 0.7  # 1 = pure relevance, 0 = pure diversity
-    recency_half_life_days: Annotated[float, Strict(), Field(ge=0)] = 0.0  # 0 = off; else dated notes lose half their score per half-life
+    recency_half_life_days: NonNegativeNumber = 0.0  # 0 = off; else dated notes lose half their score per half-life
 
     @model_validator(mode="after")
     def _some_weight(self) -> QueryConfig:
@@ -208,7 +207,7 @@ class MultimodalConfig:
     timeout_seconds: PositiveNumber = 300.0  # per file, extraction
     max_image_pixels: PositiveInt = 64_000_000  # larger images are refused as decompression bombs
     # The worker extracting a media file or document is killed past these (0 = timeout_seconds + 10 s).
-    max_extract_seconds: Annotated[float, Strict(), Field(ge=0)] = 0.0
+    max_extract_seconds: NonNegativeNumber = 0.0
     max_extract_mb: PositiveInt = 1024
     # Zip containers (docx) are refused before parsing when they would expand past these.
     max_unzipped_bytes: PositiveInt = 100 * 1024 * 1024
