@@ -52,13 +52,18 @@ run: venv
 system-packages:
 	$(call apt_missing,$(TEST_SYSTEM_PACKAGES))
 
+# The suite on TEST_WORKERS pytest-xdist workers, a module per worker at a time (memory_pipeline_tests/
+# scheduling.py says why: module-scoped indexes are built once, slow modules are queued first).
+TEST_WORKERS ?= 2
+XDIST := -n $(TEST_WORKERS) --dist loadfile
+
 test: venv system-packages
-	@set -o pipefail; $(BIN)/python -m pytest memory_pipeline_tests; rc=$$?; \
+	@set -o pipefail; $(BIN)/python -m pytest $(XDIST) memory_pipeline_tests; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing on purpose" >&2; exit 1; fi; exit $$rc
 
 # The quick loop: unit tests only (no CLI subprocesses, no Dagster runs, no browser).
 test-fast: venv
-	@set -o pipefail; $(BIN)/python -m pytest memory_pipeline_tests/unit -q; rc=$$?; \
+	@set -o pipefail; $(BIN)/python -m pytest $(XDIST) memory_pipeline_tests/unit -q; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing on purpose" >&2; exit 1; fi; exit $$rc
 
 # The long fuzz run: the extractor fuzz, the chunker and redaction property tests with many
