@@ -739,5 +739,5 @@ def _shown(value: Any, *, quote: bool = True) -> str:
     """A value as an error message may show it: masked if it holds a secret, cut if long."""
     if _holds_secret(value):
         return _NOT_SHOWN
-    text = repr(value) if quote else str(value)
+    text = repr(value) if quote or not str(value).isprintable() else str(value)  # one line, whatever it holds
     return text if len(text) <= 80 else text[:77] + "..."
