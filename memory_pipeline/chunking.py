@@ -305,6 +305,13 @@ def pack_units(units: Sequence[_Unit], budget: int, overlap: int) -> list[list[_
                         break
                     carried.insert(0, prev)
                     carried_tokens += prev.tokens
+                if not carried:
+                    # The last line is longer than the overlap (or the chunk is one piece of a
+                    # split long line): carry the words at its end that fit, so the overlap is
+                    # honoured whatever the line lengths.
+                    tail = _tail_unit(cur[-1], overlap)
+                    if tail is not None:
+                        carried, carried_tokens = [tail], tail.tokens
             cur, cur_tokens, fresh = carried, carried_tokens, 0
             if cur:
                 head_tokens = start_tokens(cur[0])
@@ -319,6 +326,27 @@ def pack_units(units: Sequence[_Unit], budget: int, overlap: int) -> list[list[_
     if cur and fresh:
         groups.append(cur)
     return groups
+
+
+def _tail_unit(unit: _Unit, overlap: int) -> _Unit | None:
+    """The end of ``unit``'s text, whole words, within ``overlap`` tokens (its line break counted),
+    or None when not even its last word fits or the unit is a heading or blank."""
+    if unit.heading_level or not unit.text.strip() or overlap < 2:
+        return None
+    words = _WORDS_RE.findall(unit.text.rstrip())
+    best: tuple[str, int] | None = None
+    lo, hi = 1, min(len(words), overlap)  # a word is at least one token
+    while lo <= hi:  # the longest run of final words that fits (counts grow with the run)
+        mid = (lo + hi) // 2
+        text = "".join(words[-mid:]).lstrip()
+        tokens = count_tokens(text) + 1
+        if tokens <= overlap:
+            best, lo = (text, tokens), mid + 1
+        else:
+            hi = mid - 1
+    if best is None or not best[0] or len(best[0]) >= len(unit.text.strip()):
+        return None
+    return _Unit(best[0], best[1], unit.line_start, unit.line_end, unit.context)
 
 
 def _to_chunk(index: int, group: Sequence[_Unit], budget: int = 10**9) -> Chunk | None:

@@ -272,3 +272,29 @@ def test_property_random_markdown(lines, budget_overlap):
                 assert any(line in c.text for c in chunks if c.line_start <= n <= c.line_end)
     if overlap == 0:
         assert "".join(squash(c.text) for c in chunks) == squash(text)
+
+
+def test_overlap_smaller_than_a_line_is_honoured():
+    """tokens 64, overlap 16 over lines longer than 16 tokens: consecutive chunks still share the
+    words at the end of the previous chunk, at most 16 tokens of them (issue 13)."""
+    lines = [f"entry {i}: " + " ".join(f"alpha{i} beta{i} gamma{i}" for _ in range(4)) for i in range(30)]
+    assert min(count_tokens(line) for line in lines) > 16
+    chunks = chunk_md("\n".join(lines) + "\n", budget=64, overlap=16)
+    assert len(chunks) > 3
+    for prev, nxt in zip(chunks, chunks[1:]):
+        first_line = nxt.text.split("\n")[0]
+        assert prev.text.endswith(first_line), (prev.text[-60:], first_line)
+        assert 0 < count_tokens(first_line) + 1 <= 16
+        assert nxt.line_start == prev.line_end  # the shared words are on that line
+
+
+def test_pieces_of_a_split_long_line_overlap():
+    line = " ".join(f"w{j}" for j in range(600))
+    chunks = chunk_md(line + "\n", budget=64, overlap=16)
+    assert len(chunks) > 5
+    for prev, nxt in zip(chunks, chunks[1:]):
+        shared = nxt.text.split(" ")[:3]
+        assert " ".join(shared) in prev.text[-80:], (prev.text[-40:], nxt.text[:40])
+    # Without overlap the pieces still concatenate to the line.
+    plain = chunk_md(line + "\n", budget=64, overlap=0)
+    assert "".join(squash(c.text) for c in plain) == squash(line)
