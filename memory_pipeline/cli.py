@@ -37,12 +37,13 @@ def _print_json(obj) -> None:
 def cmd_index(args) -> int:
     from memory_pipeline import progress
     from memory_pipeline.runner import run_index
+    from memory_pipeline.stages.hooks import NO_HOOKS
 
     settings = _settings(args)
     if not (args.json or args.quiet):
         progress.set_listener(progress.StderrProgress())
     try:
-        summary = run_index(settings, force=args.force)
+        summary = run_index(settings, force=args.force, hooks=getattr(args, "hooks", None) or NO_HOOKS)
     except Exception as err:
         if args.json:
             # Agents parse stdout: a run that stops still says why, and which files failed so far.
@@ -81,11 +82,11 @@ def _refresh_runs(settings) -> None:
 
 
 def _failed_run(settings, err: BaseException) -> dict:
-    from memory_pipeline import pipeline
     from memory_pipeline.discovery import SHARD_KEYS
+    from memory_pipeline.stages.report import run_errors
 
     try:
-        errors = pipeline.run_errors(settings, SHARD_KEYS)
+        errors = run_errors(settings, SHARD_KEYS)
     except Exception:  # noqa: BLE001 - the records themselves may be what failed
         errors = []
     message = str(err) if isinstance(err, MemoryPipelineError) else f"unexpected error: {type(err).__name__}: {err}"
@@ -248,46 +249,23 @@ def _log_stderr(msg: str) -> None:
 
 
 def cmd_scan(args) -> int:
-    from memory_pipeline.discovery import (
-        INDEXED_MODALITIES,
-        MEDIA_MODALITIES,
-        classify,
-        indexed_media_types,
-        media_size_problem,
-        sniff,
-        sniff_file,
-        utf8_problem,
-        walk_all,
-    )
-    from memory_pipeline.safeio import UnsafeFileError
+    from memory_pipeline.discovery import INDEXED_MODALITIES, MEDIA_MODALITIES, assess, utf8_problem, walk_all
 
     settings = _settings(args)
-    media_types = indexed_media_types(settings)
     files = []
     for f in walk_all(settings):
-        row = {"source": f.source, "path": f.abs_path, "size": f.size, "mime_type": "", "modality": "", "status": f.status, "reason": f.reason}
-        if f.status == "ok":
+        # The index's own classifier, without hashing; then what extraction would find: text that is not UTF-8.
+        facts = assess(f, settings, read_content=False)
+        row = {"source": f.source, "path": f.abs_path, "size": f.size, "mime_type": facts.mime, "modality": facts.modality, "status": facts.status, "reason": facts.reason}
+        if row["status"] == "ok" and row["modality"] in INDEXED_MODALITIES:
             try:
-                root = settings.source(f.source).path
-                row["mime_type"], row["modality"] = sniff_file(f.abs_path, f.path, root)
-                row["status"], row["reason"] = classify(row["mime_type"], row["modality"], f.path, media_types)
-                too_big = media_size_problem(settings, row["modality"], f.size)
-                if row["status"] == "ok" and too_big:
-                    row["status"], row["reason"] = "skipped", too_big
-                if row["status"] == "ok" and row["modality"] in INDEXED_MODALITIES:
-                    problem = utf8_problem(f.abs_path, root)
-                    if problem:
-                        row["status"], row["reason"] = "failed", problem
-            except UnsafeFileError as err:
-                row["status"], row["reason"] = "skipped", err.reason
-            except PermissionError:
-                row["status"], row["reason"] = "failed", "permission denied"
+                problem = utf8_problem(f.abs_path, settings.source(f.source).path)
             except OSError as err:
-                row["status"], row["reason"] = "failed", f"cannot read: {err.strerror or err}"
+                problem = "permission denied" if isinstance(err, PermissionError) else f"cannot read: {err.strerror or err}"
             except MemoryPipelineError as err:
-                row["status"], row["reason"] = "failed", getattr(err, "reason", str(err))
-        elif f.path:
-            row["mime_type"], row["modality"] = sniff(b"", f.path)  # not read: typed by its name
+                problem = getattr(err, "reason", str(err))
+            if problem:
+                row["status"], row["reason"] = "failed", problem
         files.append(row)
     ok = [f for f in files if f["status"] == "ok"]
     n_text = sum(1 for f in ok if f["modality"] in INDEXED_MODALITIES)
@@ -314,8 +292,9 @@ def cmd_scan(args) -> int:
 
 
 def cmd_status(args) -> int:
-    from memory_pipeline import pipeline
+    from memory_pipeline import storage
     from memory_pipeline.discovery import SHARD_KEYS
+    from memory_pipeline.models import INDEXED_STATE_SCHEMA, MANIFEST_SCHEMA
     from memory_pipeline.providers.registry import resolve_provider
     from memory_pipeline.batching.report import batch_status
     from memory_pipeline.runner import last_run
@@ -340,20 +319,20 @@ def cmd_status(args) -> int:
     from memory_pipeline.stores import generations
 
     table_name, _ = generations.current(settings)
-    store = VectorStore(settings.lancedb_uri, table_name)
+    store = VectorStore(storage.of(settings).lancedb_uri, table_name)
     per_source: dict[str, dict] = {s.name: {"files": 0, "indexed_files": 0, "chunks": 0} for s in settings.sources}
     for shard in SHARD_KEYS:
-        manifest = pipeline.read_manifest(settings, shard)
+        manifest = storage.of(settings).read("source_files", shard, MANIFEST_SCHEMA)
         for src in manifest.column("source").to_pylist():
             per_source.setdefault(src, {"files": 0, "indexed_files": 0, "chunks": 0})["files"] += 1
-        for row in pipeline.read_state(settings, shard).to_pylist():
+        for row in storage.of(settings).read("memory_vectors", shard, INDEXED_STATE_SCHEMA, ".state").to_pylist():
             src = row["doc_id"].split(":", 1)[0]
             entry = per_source.setdefault(src, {"files": 0, "indexed_files": 0, "chunks": 0})
             entry["indexed_files"] += 1
             entry["chunks"] += row["chunks"]
     cache_entries = 0
-    if settings.cache_path.is_file():
-        cache = EmbeddingCache(settings.cache_path, settings.cache.max_entries)
+    if storage.of(settings).cache_path.is_file():
+        cache = EmbeddingCache(storage.of(settings).cache_path, settings.cache.max_entries)
         cache_entries = len(cache)
         cache.close()
     table = store.open()
@@ -361,7 +340,7 @@ def cmd_status(args) -> int:
         "config": str(settings.config_path),
         **prov,
         "table": {
-            "uri": settings.lancedb_uri,
+            "uri": storage.of(settings).lancedb_uri,
             "name": table_name,
             "exists": table is not None,
             "rows": table.count_rows() if table is not None else 0,
@@ -370,7 +349,7 @@ def cmd_status(args) -> int:
         },
         "generations": generations.describe(settings),
         "sources": per_source,
-        "cache": {"enabled": settings.cache.enabled, "entries": cache_entries, "max_entries": settings.cache.max_entries, "path": str(settings.cache_path)},
+        "cache": {"enabled": settings.cache.enabled, "entries": cache_entries, "max_entries": settings.cache.max_entries, "path": str(storage.of(settings).cache_path)},
         "last_run": last_run(settings),
         "batch": batch_status(settings),
     }
@@ -479,12 +458,13 @@ def cmd_config(args) -> int:
 
 
 def cmd_analytics(args) -> int:
-    from memory_pipeline.stores.analytics import DB_NAME, query
+    from memory_pipeline import storage
+    from memory_pipeline.stores.analytics import query
 
     settings = _settings(args)
-    if not (settings.data_dir / DB_NAME).is_file():
+    if not storage.of(settings).analytics_db.is_file():
         raise MemoryPipelineError(
-            f"no analytics database at {settings.data_dir / DB_NAME}", hint="run `memory index` first"
+            f"no analytics database at {storage.of(settings).analytics_db}", hint="run `memory index` first"
         )
     try:
         if args.sql:
@@ -703,10 +683,13 @@ def _warnings_to_stderr() -> None:
         logger.propagate = False
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, hooks=None) -> int:
+    """The `memory` command. ``hooks`` (``stages.StageHooks``): points a caller can act at
+    during `memory index` (tests inject them; see memory_pipeline_tests/fault_cli.py)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
     args = build_parser().parse_args(argv)
+    args.hooks = hooks
     _warnings_to_stderr()
     if getattr(args, "command", None) == "eval" and args.mode is None:
         args.mode = ["hybrid,vector,fts"]

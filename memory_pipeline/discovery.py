@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from memory_pipeline.errors import ExtractionError
 from memory_pipeline.globs import glob_match
-from memory_pipeline.safeio import OpenedFile, list_folder, open_file
+from memory_pipeline.safeio import OpenedFile, UnsafeFileError, list_folder, open_file
 from memory_pipeline.settings import Settings, SourceConfig
 
 NUM_SHARDS = 16
@@ -391,3 +392,86 @@ def utf8_problem(abs_path: str, root: str | os.PathLike[str] | None = None, *, c
     except UnicodeDecodeError:
         return "not valid UTF-8 (truncated multi-byte character at the end)"
     return ""
+
+
+@dataclass(frozen=True)
+class Assessment:
+    """What the index makes of one walked file: its type, hash and stat, and whether it is indexed.
+
+    ``status``/``reason`` are the file's outcome (ok, skipped or failed, and why);
+    ``walk_status`` is what the stat walk alone said, kept so that a later walk can be
+    compared with this one without re-deriving it from the reason text.
+    """
+
+    mime: str
+    modality: str
+    sha256: str  # the file's SHA-256 plus the note tag of a media file; '' when not read
+    size: int
+    mtime_ns: int
+    inode: int
+    status: str
+    reason: str
+    walk_status: str
+
+
+def _note_tag(abs_path: str, root: str | os.PathLike[str] | None) -> str:
+    """A media file's note (``<file>.note.md``) is part of what it is indexed from: its stat
+    joins the file's content hash, so editing the note re-indexes the file. A note that is a
+    link out of the source folder is no note (extraction refuses it the same way)."""
+    try:
+        with open_file(abs_path + NOTE_SUFFIX, root) as note:
+            st = note.stat
+    except (OSError, ExtractionError):
+        return ""
+    return f"+note:{st.st_size}:{st.st_mtime_ns}"
+
+
+def assess(
+    f: DiscoveredFile,
+    settings: Settings,
+    *,
+    known: tuple[str, str, str] | None = None,
+    read_content: bool = True,
+) -> Assessment:
+    """Classify one walked file: the one classifier behind `memory index` and `memory scan`.
+
+    ``known``: (sha256, mime, modality) from the last manifest when the stat is unchanged;
+    the file is then not read again. ``read_content=False`` (scan) sniffs without hashing.
+    Never raises for a file's own problem: unreadable, refused or unsupported files come
+    back with their status and reason.
+    """
+    mime, modality, sha = "", "", ""
+    size, mtime_ns, inode = f.size, f.mtime_ns, f.inode
+    status, reason = f.status, f.reason
+    if f.status != "ok":
+        if f.path:  # not read (empty, too large, a link out of the root): typed by its name
+            mime, modality = sniff(b"", f.path)
+        return Assessment(mime, modality, sha, size, mtime_ns, inode, status, reason, f.status)
+    root = settings.source(f.source).path if f.source in {s.name for s in settings.sources} else None
+    try:
+        if known is not None:
+            sha, mime, modality = known
+            sha = sha.split("+", 1)[0]
+        elif read_content:
+            # One contained open: the type, the hash and the stat all describe the same file.
+            facts = inspect_file(f.abs_path, f.path, root)
+            mime, modality, sha = facts.mime, facts.modality, facts.sha256
+            size, mtime_ns, inode = facts.size, facts.mtime_ns, facts.inode
+        else:
+            mime, modality = sniff_file(f.abs_path, f.path, root)
+        status, reason = classify(mime, modality, f.path, indexed_media_types(settings))
+        if modality in MEDIA_MODALITIES:
+            if sha:
+                sha += _note_tag(f.abs_path, root)
+            too_big = media_size_problem(settings, modality, f.size)
+            if status == "ok" and too_big:
+                status, reason = "skipped", too_big
+    except UnsafeFileError as err:  # a link out of the folder or a FIFO, seen only when opened
+        status, reason = "skipped", err.reason
+    except PermissionError:
+        status, reason = "failed", "permission denied"
+    except OSError as err:
+        status, reason = "failed", f"cannot read: {err.strerror or err}"
+    except ExtractionError as err:
+        status, reason = "failed", err.reason
+    return Assessment(mime, modality, sha, size, mtime_ns, inode, status, reason, f.status)

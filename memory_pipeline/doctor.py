@@ -12,6 +12,7 @@ import os
 import sqlite3
 import time
 
+from memory_pipeline import storage
 from memory_pipeline.errors import ConfigError, MemoryPipelineError, ProviderError
 from memory_pipeline.settings import REMOTE_PROVIDERS, Settings, load_settings
 
@@ -123,9 +124,9 @@ def _table(settings: Settings) -> list[dict]:
     try:
         info = generations.describe(settings)
         name, record = generations.current(settings)
-        store = VectorStore(settings.lancedb_uri, name)
+        store = VectorStore(storage.of(settings).lancedb_uri, name)
         if not store.exists():
-            return [_check("table", "warn", f"no table at {settings.lancedb_uri} yet", "run `memory index`")]
+            return [_check("table", "warn", f"no table at {storage.of(settings).lancedb_uri} yet", "run `memory index`")]
         rows = store.count_rows()
         out = [_check("table", "ok", f"{name}: {rows} rows, {record.get('provider')}/{record.get('model')} ({store.dims()} dims)")]
         indices = {idx.name for idx in store.open().list_indices()}
@@ -149,7 +150,7 @@ def _table(settings: Settings) -> list[dict]:
 def _cache(settings: Settings) -> dict:
     if not settings.cache.enabled:
         return _check("cache", "ok", "disabled (cache.enabled: false)")
-    path = settings.cache_path
+    path = storage.of(settings).cache_path
     if not path.is_file():
         return _check("cache", "ok", f"empty (created by the first index run at {path})")
     try:

@@ -59,6 +59,7 @@ MANIFEST_SCHEMA = pa.schema(
         ("status", pa.string()),  # ok | skipped | failed
         ("reason", pa.string()),
         ("action", pa.string()),  # index | unchanged | none
+        ("walk_status", pa.string()),  # what the stat walk alone said: ok | skipped | failed
     ]
 )
 

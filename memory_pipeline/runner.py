@@ -5,14 +5,13 @@ from __future__ import annotations
 import json
 import os
 import time
-from contextlib import contextmanager
-from datetime import datetime, timezone
 from pathlib import Path
 
-from memory_pipeline import pipeline
-from memory_pipeline.discovery import SHARD_KEYS
+from memory_pipeline import storage
 from memory_pipeline.errors import MemoryPipelineError, PrimaryFailed
 from memory_pipeline.settings import Settings
+from memory_pipeline.stages.hooks import NO_HOOKS, StageHooks
+from memory_pipeline.stages.report import RunResults, RunSummary, settled_summary
 
 DAGSTER_YAML = """\
 # Written by memory_pipeline: a persistent instance for `memory index` and `make ui`.
@@ -32,7 +31,7 @@ run_retries:
 
 
 def ensure_dagster_home(settings: Settings) -> Path:
-    home = settings.dagster_home
+    home = storage.of(settings).dagster_home
     home.mkdir(parents=True, exist_ok=True)
     cfg = home / "dagster.yaml"
     # Ours is kept current; a file the user wrote is left alone.
@@ -41,49 +40,60 @@ def ensure_dagster_home(settings: Settings) -> Path:
     return home
 
 
-def run_index(settings: Settings, *, force: bool = False, _after_fallback: bool = False) -> dict:
+def run_index(settings: Settings, *, force: bool = False, hooks: StageHooks = NO_HOOKS, _after_fallback: bool = False) -> RunSummary:
     """Materialize every asset over every shard in one in-process run; returns the summary.
 
     When a stat walk shows that nothing changed since the last run (and that run's
     work is all committed), no run is started: there is nothing to materialize.
+    ``hooks``: points a caller can act at during the run (tests); none by default.
     """
     started = time.perf_counter()
     if not force:
-        settled = pipeline.settled_summary(settings)
+        settled = _settled(settings)
         if settled is not None:
-            summary = settled | {
-                "run_id": None,
-                "seconds": round(time.perf_counter() - started, 3),
-                "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            }
+            summary = settled.with_timing(run_id=None, seconds=time.perf_counter() - started)
             _record_run(settings, summary)
             return summary
     home = ensure_dagster_home(settings)
-    os.environ["DAGSTER_HOME"] = str(home)
+    results = RunResults()
     try:
-        meta, run_id = _materialize(settings, force, home)
+        run_id = _materialize(settings, force, home, hooks, results)
     except PrimaryFailed:
         if _after_fallback:
             raise
         # The failure is recorded: this run goes again with the fallback (a new generation if it differs).
-        return run_index(settings, force=force, _after_fallback=True)
-    summary = _summary(settings, meta, run_id, time.perf_counter() - started)
+        return run_index(settings, force=force, hooks=hooks, _after_fallback=True)
+    summary = RunSummary.of(settings, results, run_id=run_id, seconds=time.perf_counter() - started)
     _record_run(settings, summary)
     return summary
 
 
-def _materialize(settings: Settings, force: bool, home: Path) -> tuple[dict, str]:
+def _settled(settings: Settings) -> RunSummary | None:
+    from memory_pipeline.changes import EmbeddingIdentity
+    from memory_pipeline.providers.registry import resolve_provider
+
+    try:
+        ident = EmbeddingIdentity.of(resolve_provider(settings))
+    except Exception:  # noqa: BLE001 - let the full run report provider problems properly
+        return None
+    return settled_summary(settings, ident)
+
+
+def _materialize(settings: Settings, force: bool, home: Path, hooks: StageHooks, results: RunResults) -> str:
+    """One in-process run of the graph; its run id. A failed run raises the error that failed it."""
     import dagster as dg
 
     from memory_pipeline.defs.assets import index_assets
     from memory_pipeline.defs.partitions import FULL_RANGE_TAGS
-    from memory_pipeline.defs.resources import MemoryConfigResource
+    from memory_pipeline.defs.resources import index_resources
 
-    with dg.DagsterInstance.from_config(str(home)) as instance, _user_errors():
+    # The instance is built from home's dagster.yaml; DAGSTER_HOME lets what the run starts find it too.
+    os.environ["DAGSTER_HOME"] = str(home)
+    with dg.DagsterInstance.from_config(str(home)) as instance:
         result = dg.materialize(
             index_assets,
             instance=instance,
-            resources={"memory_config": MemoryConfigResource(config_path=str(settings.config_path or ""))},
+            resources=index_resources(str(settings.config_path or ""), hooks=hooks, results=results),
             tags=dict(FULL_RANGE_TAGS),
             run_config={
                 "ops": {
@@ -92,102 +102,46 @@ def _materialize(settings: Settings, force: bool, home: Path) -> tuple[dict, str
                 },
                 "loggers": {"console": {"config": {"log_level": "CRITICAL"}}},
             },
-            raise_on_error=True,
+            raise_on_error=False,
         )
-        return _metadata_by_asset(result), result.run_id
+        if result.success:
+            return result.run_id
+        raise _failure(result, results)
 
 
-@contextmanager
-def _user_errors():
-    """Unwrap Dagster's step errors: our own errors surface as themselves, with their hint."""
-    from dagster import DagsterError, DagsterExecutionStepExecutionError
-    from dagster._core.errors import DagsterAssetCheckFailedError
+def _failure(result, results: RunResults) -> MemoryPipelineError:
+    """The error of a failed run, for the user: our own error as itself (with its hint), else what failed."""
+    from memory_pipeline.defs.checks import CHECKS
 
-    try:
-        yield
-    except DagsterAssetCheckFailedError as err:
-        failed = str(err).strip().splitlines()[-1].split(":", 1)[-1].strip()
-        raise MemoryPipelineError(
-            f"the index failed a blocking check ({failed}); files were indexed, but the table has faults",
+    err = results.error
+    if isinstance(err, MemoryPipelineError):
+        return err
+    if err is not None:
+        return MemoryPipelineError(
+            f"the index run failed: {type(err).__name__}: {err}", hint="see the run in the Dagster UI (make ui) for the traceback"
+        )
+    failed_checks = [
+        e.check_name for e in result.get_asset_check_evaluations() if not e.passed and CHECKS.get(e.check_name, (False,))[0]
+    ]
+    if failed_checks:
+        return MemoryPipelineError(
+            f"the index failed a blocking check ({', '.join(sorted(failed_checks))}); files were indexed, but the table has faults",
             hint='see `memory analytics --sql "SELECT * FROM problems"`; `memory index --force` repairs the table',
-        ) from err
-    except DagsterExecutionStepExecutionError as err:
-        cause = err.user_exception
-        if isinstance(cause, MemoryPipelineError):
-            raise cause from err
-        raise MemoryPipelineError(
-            f"step {err.step_key} failed: {type(cause).__name__}: {cause}",
-            hint="see the run in the Dagster UI (make ui) for the traceback",
-        ) from err
-    except DagsterError as err:  # e.g. retries exhausted on a transient error
-        cause: BaseException | None = err
-        while cause is not None and not isinstance(cause, MemoryPipelineError):
-            cause = cause.__cause__ or cause.__context__
-        if cause is not None:
-            raise cause from err
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        raise MemoryPipelineError(f"index run failed: {first}", hint="see the run in the Dagster UI (make ui)") from err
+        )
+    failures = [e.step_failure_data.error for e in result.all_events if e.is_step_failure and e.step_failure_data.error]
+    first = (failures[0].message.strip().splitlines() or ["unknown error"])[0] if failures else "unknown error"
+    return MemoryPipelineError(f"the index run failed: {first}", hint="see the run in the Dagster UI (make ui)")
 
 
-def _metadata_by_asset(result) -> dict[str, dict]:
-    out: dict[str, dict] = {}
-    for event in result.get_asset_materialization_events():
-        mat = event.event_specific_data.materialization
-        key = mat.asset_key.to_user_string()
-        if key not in out:
-            out[key] = {k: getattr(v, "value", v) for k, v in mat.metadata.items()}
-    return out
-
-
-def _summary(settings: Settings, meta: dict[str, dict], run_id: str, seconds: float) -> dict:
-    src = meta.get("source_files", {})
-    chunks = meta.get("memory_chunks", {})
-    emb = meta.get("chunk_embeddings", {})
-    vec = meta.get("memory_vectors", {})
-    cov = meta.get("index_coverage", {})
-    return {
-        "files_seen": int(src.get("files_seen", 0)),
-        "files_changed": int(src.get("files_changed", 0)),
-        "files_deleted": int(src.get("files_deleted", 0)),
-        "files_repaired": int(src.get("files_repaired", 0)),
-        "chunks_total": int(chunks.get("chunks", 0)),
-        "chunks_embedded": int(emb.get("embedded", 0)),
-        "chunks_cached": int(emb.get("cached", 0)),
-        "tokens_embedded": int(emb.get("tokens_total", 0)),
-        "est_cost_usd": emb.get("est_cost_usd"),
-        "rows_written": int(vec.get("rows_written", 0)),
-        "rows_deleted": int(vec.get("rows_deleted", 0)),
-        "table_rows": int(vec.get("table_rows", 0)),
-        "provider": emb.get("provider", ""),
-        "model": emb.get("model", ""),
-        "dims": int(emb.get("dims", 0)),
-        "mode": emb.get("mode", ""),
-        "batch": emb.get("batch", {"enabled": False}),
-        "files_pending": int(vec.get("files_pending", 0)),
-        "requested_provider": emb.get("requested_provider", settings.provider),
-        "fallback_reason": emb.get("fallback_reason", ""),
-        "generation": vec.get("generation", ""),
-        "table": vec.get("table", ""),
-        "skipped_run": False,
-        "coverage": cov.get("coverage"),
-        "errors": pipeline.run_errors(settings, SHARD_KEYS),
-        "run_id": run_id,
-        "seconds": round(seconds, 3),
-        "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-    }
-
-
-def _record_run(settings: Settings, summary: dict) -> None:
-    settings.runs_dir.mkdir(parents=True, exist_ok=True)
-    (settings.runs_dir / "last_run.json").write_text(json.dumps(summary, indent=2))
-    with open(settings.runs_dir / "history.jsonl", "a") as fh:
-        row = {k: v for k, v in summary.items() if k != "errors"} | {"errors": len(summary["errors"])}
-        fh.write(json.dumps(row) + "\n")
+def _record_run(settings: Settings, summary: RunSummary) -> None:
+    data = storage.of(settings)
+    record = summary.as_dict()
+    storage.write_text(data.runs_dir / "last_run.json", json.dumps(record, indent=2))
+    data.append_line(data.runs_dir / "history.jsonl", json.dumps(record | {"errors": len(summary.errors)}))
 
 
 def last_run(settings: Settings) -> dict | None:
-    path = settings.runs_dir / "last_run.json"
-    return json.loads(path.read_text()) if path.is_file() else None
+    return storage.of(settings).read_json(storage.of(settings).runs_dir / "last_run.json")
 
 
 __all__ = ["run_index", "last_run", "ensure_dagster_home"]

@@ -22,7 +22,6 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 @pytest.fixture(autouse=True)
 def _no_ambient_config(monkeypatch):
     monkeypatch.delenv("MEMORY_PIPELINE_CONFIG", raising=False)
-    monkeypatch.delenv("MEMORY_PIPELINE_FAULT", raising=False)
 
 
 def write_config(path: Path, **overrides) -> Path:

@@ -32,18 +32,34 @@ def _drop_file_read_override() -> None:  # pragma: no cover - runs in the child
             raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP) failed")
 
 
-def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None, honor_permissions: bool = False, timeout: int = 600):
+def run_cli(
+    *args: str,
+    env: dict | None = None,
+    cwd: Path | None = None,
+    honor_permissions: bool = False,
+    timeout: int = 600,
+    kill_at: str | None = None,
+    embed_slice: int | None = None,
+):
     """Run `memory ...` in a fresh process; returns CompletedProcess.
 
     ``honor_permissions``: when running as root, make the child subject to file
     permissions (so a chmod 000 file is really unreadable to it).
+    ``kill_at``: the run kills itself with SIGKILL at this point (``stages.hooks.POINTS``),
+    with vectors checkpointed every ``embed_slice`` chunks (see fault_cli.py).
     """
     full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "DAGSTER_DISABLE_TELEMETRY": "1", **(env or {})}
     kwargs = {}
     if honor_permissions and os.geteuid() == 0:
         kwargs["preexec_fn"] = _drop_file_read_override
+    command = [sys.executable, "-m", "memory_pipeline.cli", *args]
+    if kill_at is not None:
+        command = [sys.executable, "-m", "memory_pipeline_tests.fault_cli", "--kill-at", kill_at]
+        if embed_slice is not None:
+            command += ["--embed-slice", str(embed_slice)]
+        command += ["--", *args]
     return subprocess.run(
-        [sys.executable, "-m", "memory_pipeline.cli", *args],
+        command,
         capture_output=True,
         text=True,
         env=full_env,
@@ -89,12 +105,12 @@ def materialize(config: Path, instance, **kwargs):
     import dagster as dg
 
     from memory_pipeline.defs.assets import index_assets
-    from memory_pipeline.defs.resources import MemoryConfigResource
+    from memory_pipeline.defs.resources import index_resources
 
     return dg.materialize(
         index_assets,
         instance=instance,
-        resources={"memory_config": MemoryConfigResource(config_path=str(config))},
+        resources=index_resources(str(config)),
         run_config=LOGGERS,
         **kwargs,
     )

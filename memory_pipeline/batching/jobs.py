@@ -103,7 +103,10 @@ class ProviderBatchState:
 
 
 def store_path(data_dir: Path) -> Path:
-    return data_dir / "batch" / "jobs.sqlite"
+    """The job store of a data folder (``storage.DataStore.batch_jobs``)."""
+    from memory_pipeline.storage import DataStore
+
+    return DataStore(Path(data_dir)).batch_jobs
 
 
 class JobStore:

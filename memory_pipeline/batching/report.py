@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+from memory_pipeline import storage
 from memory_pipeline.batching.jobs import OPEN_STATES, JobStore, store_path
 from memory_pipeline.settings import Settings
 
@@ -12,7 +13,7 @@ def batch_status(settings: Settings) -> dict:
     """Pending jobs, recent failures and, per provider, whether batching is disabled."""
     cfg = settings.remote.batch
     out: dict = {"enabled": cfg.enabled, "wait": cfg.wait, "pending_jobs": [], "recent_failures": [], "providers": {}}
-    path = store_path(settings.data_dir)
+    path = storage.of(settings).batch_jobs
     if not path.is_file():
         return out
     now = time.time()
@@ -35,7 +36,7 @@ def batch_status(settings: Settings) -> dict:
 
 def reset_batch(settings: Settings, provider: str | None = None) -> list[str]:
     """Re-enable batching after failures (one provider, or all); returns the providers reset."""
-    path = store_path(settings.data_dir)
+    path = storage.of(settings).batch_jobs
     if not path.is_file():
         return []
     with JobStore(path) as store:

@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
+from memory_pipeline import storage
 from memory_pipeline.batching.engine import BatchEmbedder, BatchMetrics, BatchOptions, BatchOutcome
 from memory_pipeline.batching.factory import backend_for
 from memory_pipeline.batching.jobs import JobStore, store_path
@@ -38,7 +39,7 @@ def embed_batched(
     backend = backend_for(provider)
     if backend is None:
         return None
-    with JobStore(store_path(settings.data_dir)) as store:
+    with JobStore(storage.of(settings).batch_jobs) as store:
         if not texts and not store.open_jobs(ident.provider_key):
             return BatchOutcome(metrics=BatchMetrics(provider=ident.provider, model=ident.model, enabled=True))
         engine = BatchEmbedder(
@@ -60,7 +61,7 @@ def poll_ready_jobs(settings: Settings, provider, ident) -> list:
     What the ``wait: false`` sensor runs: a finished job's shards get a run, whose
     embedding stage downloads the results and materializes the rest of the graph.
     """
-    path = store_path(settings.data_dir)
+    path = storage.of(settings).batch_jobs
     if provider is None or not path.is_file():
         return []
     backend = backend_for(provider)

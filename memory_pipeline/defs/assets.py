@@ -1,16 +1,18 @@
 """The asset graph: source_files → extracted_content → memory_chunks → chunk_embeddings → memory_vectors → index_coverage.
 
 Each asset handles every partition key of its run (one shard, or a range when the
-CLI or the nightly schedule indexes everything in one run), delegates to the
-plain functions in ``memory_pipeline.pipeline`` and reports counts as metadata:
-Dagster's standard ``dagster/row_count`` and ``dagster/column_schema`` beside the
-project's own counts, and lists of problem files as table metadata. Every asset
-carries owners, a ``layer`` tag, kinds and a link to its code.
+CLI or the nightly schedule indexes everything in one run), calls its stage in
+``memory_pipeline.stages``, hands the stage's counts to the ``run_results`` collector
+(the run summary is built from them) and reports them as metadata: Dagster's
+standard ``dagster/row_count`` and ``dagster/column_schema`` beside the project's own
+counts, and lists of problem files as table metadata. Every asset carries owners, a
+``layer`` tag, kinds and a link to its code.
 """
 
 
 import functools
 import importlib
+import inspect
 import sqlite3
 import threading
 import warnings
@@ -19,13 +21,16 @@ from dataclasses import asdict
 import dagster as dg
 import pyarrow as pa
 
-from memory_pipeline import pipeline
+from memory_pipeline import stages, storage
+from memory_pipeline.changes import chunk_budget, fingerprint
 from memory_pipeline.defs import checks
 from memory_pipeline.defs.partitions import MAINTENANCE_TAG, shard_partitions
-from memory_pipeline.defs.resources import MemoryConfigResource
+from memory_pipeline.defs.resources import EmbedderResource, MemoryConfigResource
 from memory_pipeline.errors import ConfigError, IndexMismatchError, PrimaryFailed, ProviderError, StoreError
 from memory_pipeline.models import CHUNKS_SCHEMA, MANIFEST_SCHEMA, SEGMENTS_SCHEMA, embeddings_schema
 from memory_pipeline.providers.pricing import estimate
+from memory_pipeline.stages import RunResults, StageHooks
+from memory_pipeline.storage import SIDE_FILES
 from memory_pipeline.stores.analytics import record_usage
 from memory_pipeline.stores.lance import table_schema
 
@@ -74,27 +79,49 @@ def _problems(rows: list[dict], status: str = "failed") -> dg.TableMetadataValue
     return dg.MetadataValue.table(records, schema=PROBLEM_SCHEMA)
 
 
-def _parquet_table(memory_config: MemoryConfigResource, settings, asset: str, schema: pa.Schema, shards: list[str]) -> dict:
-    """Standard table metadata of a Parquet asset: its schema, all its rows, the rows of this run's shards."""
+def _parquet_table(settings, asset: str, schema: pa.Schema, shards: list[str]) -> dict:
+    """Standard table metadata of a Parquet asset: its schema, all its rows, the rows of this run's shards,
+    and where its files (and side files) are."""
+    data = storage.of(settings)
     every = shard_partitions.get_partition_keys()
-    in_run = memory_config.parquet_rows(settings, asset, shards)
-    total = in_run if len(shards) == len(every) else memory_config.parquet_rows(settings, asset, every)
-    return _table(schema, row_count=total, partition_row_count=in_run)
+    in_run = data.row_count(asset, shards)
+    total = in_run if len(shards) == len(every) else data.row_count(asset, every)
+    meta = _table(schema, row_count=total, partition_row_count=in_run)
+    meta["dagster/uri"] = dg.MetadataValue.path(str(data.assets_dir / asset))
+    for (owner, suffix), what in SIDE_FILES.items():
+        if owner == asset:
+            meta[f"side_file{suffix}"] = dg.MetadataValue.text(f"{data.assets_dir / asset}/<shard>{suffix}.parquet: {what}")
+    return meta
 
 
-def _retry_transient(fn):
-    """Retry the step on transient storage errors only (a mismatch or a bad config fails at once)."""
+def _stage(retry_transient: bool = False):
+    """Wrap an asset body: its error goes to the run's collector (the CLI reports it as itself);
+    with ``retry_transient``, transient storage errors retry the step (a mismatch or a bad
+    config fails at once)."""
 
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except (IndexMismatchError, ConfigError):
-            raise
-        except (StoreError, sqlite3.OperationalError) as err:
-            raise dg.RetryRequested(max_retries=_STEP_RETRIES, seconds_to_wait=2) from err
+    def decorate(fn):
+        signature = inspect.signature(fn)
 
-    return wrapper
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            results: RunResults = signature.bind(*args, **kwargs).arguments["run_results"]
+            try:
+                return fn(*args, **kwargs)
+            except (IndexMismatchError, ConfigError) as err:
+                results.failed(err)
+                raise
+            except (StoreError, sqlite3.OperationalError) as err:
+                results.failed(err)
+                if not retry_transient:
+                    raise
+                raise dg.RetryRequested(max_retries=_STEP_RETRIES, seconds_to_wait=2) from err
+            except Exception as err:
+                results.failed(err)
+                raise
+
+        return wrapper
+
+    return decorate
 
 
 class IndexRunConfig(dg.Config):
@@ -112,19 +139,26 @@ class IndexRunConfig(dg.Config):
     metadata=_table(MANIFEST_SCHEMA),
     description="One row per file under the configured sources: stat, sha256, sniffed type, status, action.",
 )
-def source_files(context: dg.AssetExecutionContext, config: IndexRunConfig, memory_config: MemoryConfigResource) -> dg.MaterializeResult:
+@_stage()
+def source_files(
+    context: dg.AssetExecutionContext,
+    config: IndexRunConfig,
+    memory_config: MemoryConfigResource,
+    embedder: EmbedderResource,
+    run_results: dg.ResourceParam[RunResults],
+) -> dg.MaterializeResult:
     settings = memory_config.settings()
-    resolved = memory_config.provider(settings)
-    ident = pipeline.EmbeddingIdentity.of(resolved)
+    ident = embedder.identity(settings)
     shards = list(context.partition_keys)
-    counts = pipeline.discover(settings, shards, force=config.force, fp=pipeline.fingerprint(settings, ident), ident=ident)
-    bad = pipeline.run_errors(settings, shards)
+    counts = stages.discover(settings, shards, force=config.force, fp=fingerprint(settings, ident), ident=ident)
+    run_results.discover = counts
+    bad = stages.run_errors(settings, shards)
     for err in bad:
         context.log.warning(f"{err['status']}: {err['path']}: {err['reason']}")
     return dg.MaterializeResult(
         metadata={
             **{k: dg.MetadataValue.int(v) for k, v in asdict(counts).items()},
-            **_parquet_table(memory_config, settings, "source_files", MANIFEST_SCHEMA, shards),
+            **_parquet_table(settings, "source_files", MANIFEST_SCHEMA, shards),
             "partitions": len(shards),
             "problems": _problems(bad),
         }
@@ -141,12 +175,16 @@ def source_files(context: dg.AssetExecutionContext, config: IndexRunConfig, memo
     metadata=_table(SEGMENTS_SCHEMA),
     description="Text segments with line locators for every new or changed file; unreadable files get a reason.",
 )
-def extracted_content(context: dg.AssetExecutionContext, memory_config: MemoryConfigResource) -> dg.MaterializeResult:
+@_stage()
+def extracted_content(
+    context: dg.AssetExecutionContext, memory_config: MemoryConfigResource, run_results: dg.ResourceParam[RunResults]
+) -> dg.MaterializeResult:
     settings = memory_config.settings()
     shards = list(context.partition_keys)
     # The model is loaded only when chunk_embeddings has work: loading it in a thread here was
     # measured slower (its import contends for the GIL with extraction and chunking).
-    counts = pipeline.extract_content(settings, shards)
+    counts = stages.extract_content(settings, shards)
+    run_results.extract = counts
     for f in counts.failures:
         context.log.warning(f"extraction failed: {f['path']}: {f['reason']}")
     return dg.MaterializeResult(
@@ -156,7 +194,7 @@ def extracted_content(context: dg.AssetExecutionContext, memory_config: MemoryCo
             "failed": counts.failed,
             "segments": counts.segments,
             "chars": counts.chars,
-            **_parquet_table(memory_config, settings, "extracted_content", SEGMENTS_SCHEMA, shards),
+            **_parquet_table(settings, "extracted_content", SEGMENTS_SCHEMA, shards),
             "failures": _problems(counts.failures),
         }
     )
@@ -172,15 +210,22 @@ def extracted_content(context: dg.AssetExecutionContext, memory_config: MemoryCo
     metadata=_table(CHUNKS_SCHEMA),
     description="Token-aware chunks with stable ids, never over the embedding model's input limit.",
 )
-def memory_chunks(context: dg.AssetExecutionContext, memory_config: MemoryConfigResource) -> dg.MaterializeResult:
+@_stage()
+def memory_chunks(
+    context: dg.AssetExecutionContext,
+    memory_config: MemoryConfigResource,
+    embedder: EmbedderResource,
+    run_results: dg.ResourceParam[RunResults],
+) -> dg.MaterializeResult:
     settings = memory_config.settings()
-    resolved = memory_config.provider(settings)
-    ident = pipeline.EmbeddingIdentity.of(resolved)
+    resolved = embedder.resolved(settings)
+    ident = embedder.identity(settings)
     shards = list(context.partition_keys)
-    counts = pipeline.make_chunks(settings, shards, resolved.provider, ident)
+    counts = stages.make_chunks(settings, shards, resolved.provider, ident)
+    run_results.chunk = counts
     for f in counts.failures:
         context.log.warning(f"chunking failed: {f['path']}: {f['reason']}")
-    budget, overlap = pipeline.chunk_budget(settings, ident)
+    budget, overlap = chunk_budget(settings, ident)
     return dg.MaterializeResult(
         metadata={
             "files": counts.files,
@@ -191,7 +236,7 @@ def memory_chunks(context: dg.AssetExecutionContext, memory_config: MemoryConfig
             "max_model_tokens": counts.max_model_tokens,
             "failed": counts.failed,
             "model_input_limit": ident.max_input_tokens or 0,
-            **_parquet_table(memory_config, settings, "memory_chunks", CHUNKS_SCHEMA, shards),
+            **_parquet_table(settings, "memory_chunks", CHUNKS_SCHEMA, shards),
             "failures": _problems(counts.failures),
         }
     )
@@ -206,16 +251,22 @@ def memory_chunks(context: dg.AssetExecutionContext, memory_config: MemoryConfig
     kinds={"python", "parquet"},
     description="Vectors for the chunks of changed files: the embedding cache first, the provider for the rest.",
 )
-@_retry_transient
-def chunk_embeddings(context: dg.AssetExecutionContext, memory_config: MemoryConfigResource) -> dg.MaterializeResult:
+@_stage(retry_transient=True)
+def chunk_embeddings(
+    context: dg.AssetExecutionContext,
+    memory_config: MemoryConfigResource,
+    embedder: EmbedderResource,
+    stage_hooks: dg.ResourceParam[StageHooks],
+    run_results: dg.ResourceParam[RunResults],
+) -> dg.MaterializeResult:
     # lancedb takes seconds to import; do it while the model computes (torch releases the GIL).
     threading.Thread(target=importlib.import_module, args=("lancedb",), name="import-lancedb", daemon=True).start()
     settings = memory_config.settings()
-    resolved = memory_config.provider(settings)
-    ident = pipeline.EmbeddingIdentity.of(resolved)
+    resolved = embedder.resolved(settings)
+    ident = embedder.identity(settings)
     shards = list(context.partition_keys)
     try:
-        counts = pipeline.embed_chunks(settings, shards, resolved.provider, ident)
+        counts = stages.embed_chunks(settings, shards, resolved.provider, ident, hooks=stage_hooks)
     except ProviderError as err:
         if not settings.fallback or resolved.fallback_from is not None:
             raise
@@ -231,11 +282,22 @@ def chunk_embeddings(context: dg.AssetExecutionContext, memory_config: MemoryCon
     cost = estimate(ident.provider, ident.model, batch_tokens=batch_tokens, live_tokens=counts.tokens_embedded)
     record_usage(settings, run_id=context.run_id, provider=ident.provider, model=ident.model, chunks=counts.embedded - counts.batched, tokens=counts.tokens_embedded)
     record_usage(settings, run_id=context.run_id, provider=ident.provider, model=ident.model, chunks=counts.batched, tokens=batch_tokens, batch=True)
-    if counts.embedded and hasattr(resolved.provider, "release"):
-        resolved.provider.release()
+    if counts.embedded:
+        embedder.release()  # the table writes and the coverage that follow run without the model's memory
     if resolved.provider is None:
         context.log.warning(f"full-text only: {resolved.reason}")
-    # Without a provider the stage writes empty one-dimensional files (see pipeline.embed_chunks).
+    run_results.embed = counts
+    run_results.embed_info = stages.EmbedInfo(
+        provider=ident.provider,
+        model=ident.model,
+        dims=ident.dims,
+        mode="vector+fts" if resolved.provider is not None else "fts-only",
+        requested_provider=resolved.requested,
+        fallback_reason=resolved.reason if resolved.fallback_from else "",
+        est_cost_usd=cost["estimated_cost_usd"],
+        tokens_total=counts.tokens_embedded + batch_tokens,
+    )
+    # Without a provider the stage writes empty one-dimensional files (see stages.embed_chunks).
     schema = embeddings_schema(ident.dims or 1)
     return dg.MaterializeResult(
         metadata={
@@ -251,18 +313,18 @@ def chunk_embeddings(context: dg.AssetExecutionContext, memory_config: MemoryCon
             "tokens_total": counts.tokens_embedded + batch_tokens,
             "est_cost_usd": cost["estimated_cost_usd"],
             "embed_seconds": round(counts.seconds, 3),
-            "mode": "vector+fts" if resolved.provider is not None else "fts-only",
+            "mode": run_results.embed_info.mode,
             "requested_provider": resolved.requested,
-            "fallback_reason": resolved.reason if resolved.fallback_from else "",
+            "fallback_reason": run_results.embed_info.fallback_reason,
             "requests": int(getattr(resolved.provider, "stats", {}).get("requests", 0)),
             "retries": int(getattr(resolved.provider, "stats", {}).get("retries", 0)),
-            **_parquet_table(memory_config, settings, "chunk_embeddings", schema, shards),
+            **_parquet_table(settings, "chunk_embeddings", schema, shards),
             **_batch_metadata(counts),
         }
     )
 
 
-def _batch_metadata(counts: pipeline.EmbedCounts) -> dict:
+def _batch_metadata(counts: stages.EmbedCounts) -> dict:
     """The run's batch-API metrics: flat numbers to chart, plus the whole record as JSON."""
     b = counts.batch
     if b is None:
@@ -291,34 +353,41 @@ def _batch_metadata(counts: pipeline.EmbedCounts) -> dict:
     kinds={"lancedb"},
     description="The LanceDB table agents search; each changed file's rows replaced in one commit.",
 )
-@_retry_transient
-def memory_vectors(context: dg.AssetExecutionContext, config: IndexRunConfig, memory_config: MemoryConfigResource) -> dg.MaterializeResult:
+@_stage(retry_transient=True)
+def memory_vectors(
+    context: dg.AssetExecutionContext,
+    config: IndexRunConfig,
+    memory_config: MemoryConfigResource,
+    embedder: EmbedderResource,
+    stage_hooks: dg.ResourceParam[StageHooks],
+    run_results: dg.ResourceParam[RunResults],
+) -> dg.MaterializeResult:
     settings = memory_config.settings()
-    resolved = memory_config.provider(settings)
-    ident = pipeline.EmbeddingIdentity.of(resolved)
+    ident = embedder.identity(settings)
     shards = list(context.partition_keys)
     try:
-        stats = pipeline.write_vectors(settings, shards, ident, force=config.force)
+        stats = stages.write_vectors(settings, shards, ident, force=config.force, hooks=stage_hooks)
     except IndexMismatchError:
         if not config.force:
             raise
         context.log.warning("model or dimension changed: rebuilding the table (forced)")
-        pipeline.reset_index_state(settings)
-        stats = pipeline.write_vectors(settings, shards, ident, recreate=True, force=True)
+        stages.reset_index_state(settings)
+        stats = stages.write_vectors(settings, shards, ident, recreate=True, force=True, hooks=stage_hooks)
+    run_results.write = stats
     maintenance = {}
     if context.run.tags.get(MAINTENANCE_TAG) == "true":
         from memory_pipeline.stores.lance import VectorStore
 
         from memory_pipeline.stores import generations
 
-        maintenance = VectorStore(settings.lancedb_uri, generations.current(settings)[0]).maintain(ann=settings.ann)
+        maintenance = VectorStore(storage.of(settings).lancedb_uri, generations.current(settings)[0]).maintain(ann=settings.ann)
         context.log.info(f"table maintenance: {maintenance}")
     return dg.MaterializeResult(
         metadata={
             **{k: v for k, v in asdict(stats).items()},
             **maintenance,
             **_table(table_schema(ident.dims, ident.meta()), row_count=stats.table_rows),
-            "uri": settings.lancedb_uri,
+            "uri": storage.of(settings).lancedb_uri,
         }
     )
 
@@ -331,11 +400,18 @@ def memory_vectors(context: dg.AssetExecutionContext, config: IndexRunConfig, me
     kinds={"duckdb"},
     description="Coverage of the index with DuckDB: manifest, errors and table side by side (data_dir/analytics.duckdb).",
 )
-def index_coverage(context: dg.AssetExecutionContext, memory_config: MemoryConfigResource) -> dg.MaterializeResult:
+@_stage()
+def index_coverage(
+    context: dg.AssetExecutionContext,
+    memory_config: MemoryConfigResource,
+    embedder: EmbedderResource,
+    run_results: dg.ResourceParam[RunResults],
+) -> dg.MaterializeResult:
     from memory_pipeline.stores.analytics import query
 
     settings = memory_config.settings()
-    report = memory_config.coverage(settings, memory_config.identity(settings))
+    report = memory_config.coverage(settings, embedder.identity(settings))
+    run_results.coverage = round(report.coverage_ratio, 4)
     table = ["| source | modality | files | indexed | skipped | failed | stale | rows | coverage |", "|---|---|---|---|---|---|---|---|---|"]
     for r in report.coverage:
         table.append(

@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING
 
 import dagster as dg
 
-from memory_pipeline.defs.resources import MemoryConfigResource
+from memory_pipeline.defs.resources import EmbedderResource, MemoryConfigResource
 
 if TYPE_CHECKING:
-    from memory_pipeline.pipeline import EmbeddingIdentity
+    from memory_pipeline.changes import EmbeddingIdentity
     from memory_pipeline.stores.analytics import CoverageReport
 
 COVERAGE = dg.AssetKey("index_coverage")
@@ -70,9 +70,9 @@ def evaluate(report: "CoverageReport", ident: "EmbeddingIdentity", min_coverage:
     can_subset=True,
     description="The index's faults, judged on the current table and manifests (one DuckDB refresh for all checks).",
 )
-def index_coverage_checks(context: dg.AssetCheckExecutionContext, memory_config: MemoryConfigResource):
+def index_coverage_checks(context: dg.AssetCheckExecutionContext, memory_config: MemoryConfigResource, embedder: EmbedderResource):
     settings = memory_config.settings()
-    ident = memory_config.identity(settings)
+    ident = embedder.identity(settings)
     report = memory_config.coverage(settings, ident)
     selected = {key.name for key in context.selected_asset_check_keys}
     for result in evaluate(report, ident, settings.checks.min_coverage):

@@ -5,10 +5,10 @@ import json
 
 import dagster as dg
 
-from memory_pipeline import pipeline
+from memory_pipeline.changes import manifest_fingerprints, shard_fingerprints
 from memory_pipeline.defs.jobs import index_job
 from memory_pipeline.defs.partitions import shard_partitions
-from memory_pipeline.defs.resources import MemoryConfigResource
+from memory_pipeline.defs.resources import EmbedderResource, MemoryConfigResource
 
 
 @dg.sensor(job=index_job, minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.STOPPED)
@@ -16,9 +16,9 @@ def memory_files_sensor(context: dg.SensorEvaluationContext, memory_config: Memo
     """Stat-walk the sources (no reads, no hashing); one run per shard whose fingerprint moved."""
     settings = memory_config.settings()
     shards = shard_partitions.get_partition_keys()
-    current = pipeline.shard_fingerprints(settings)
+    current = shard_fingerprints(settings)
     # Without a cursor, compare against what the last run saw (its manifests).
-    seen = json.loads(context.cursor) if context.cursor else pipeline.manifest_fingerprints(settings, shards)
+    seen = json.loads(context.cursor) if context.cursor else manifest_fingerprints(settings, shards)
     changed = [s for s in shards if current.get(s, "") != seen.get(s, "")]
     for shard in changed:
         yield dg.RunRequest(partition_key=shard, run_key=f"{shard}:{current.get(shard, 'empty')}")
@@ -28,7 +28,7 @@ def memory_files_sensor(context: dg.SensorEvaluationContext, memory_config: Memo
 
 
 @dg.sensor(job=index_job, minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.STOPPED)
-def batch_jobs_sensor(context: dg.SensorEvaluationContext, memory_config: MemoryConfigResource):
+def batch_jobs_sensor(context: dg.SensorEvaluationContext, memory_config: MemoryConfigResource, embedder: EmbedderResource):
     """With ``remote.batch.wait: false``: poll the open batch jobs; when one has finished, run its shards.
 
     The run resumes the job (no second submission), downloads its results into the
@@ -37,9 +37,7 @@ def batch_jobs_sensor(context: dg.SensorEvaluationContext, memory_config: Memory
     from memory_pipeline.batching.stage import poll_ready_jobs
 
     settings = memory_config.settings()
-    resolved = memory_config.provider(settings)
-    ident = pipeline.EmbeddingIdentity.of(resolved)
-    jobs = poll_ready_jobs(settings, resolved.provider, ident)
+    jobs = poll_ready_jobs(settings, embedder.resolved(settings).provider, embedder.identity(settings))
     requested = 0
     for job in jobs:
         for shard in job.shards:

@@ -38,6 +38,10 @@ class EmbeddingProvider(Protocol):
 
     def embed_query(self, text: str) -> np.ndarray: ...
 
+    def release(self) -> None:
+        """Hand back what the provider holds between runs (a loaded model, an HTTP client); it is rebuilt on next use."""
+        ...
+
 
 def normalize_vectors(vectors: np.ndarray) -> np.ndarray:
     """float32, NaN/Inf replaced by 0, rows L2-normalized (zero rows stay zero)."""

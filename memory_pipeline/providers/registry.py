@@ -159,7 +159,9 @@ def query_provider(settings: Settings, record: dict) -> EmbeddingProvider | None
 
 
 def _state_path(settings: Settings) -> Path:
-    return settings.data_dir / STATE_FILE
+    from memory_pipeline import storage
+
+    return storage.of(settings).provider_state
 
 
 def _primary_id(settings: Settings) -> str:
@@ -191,9 +193,9 @@ def mark_primary_failed(settings: Settings, provider: str, reason: str) -> None:
             "at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         }
     }
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(state, indent=2))
-    os.replace(tmp, path)
+    from memory_pipeline import storage
+
+    storage.write_text(path, json.dumps(state, indent=2))
 
 
 def clear_primary_failure(settings: Settings) -> bool:

@@ -366,6 +366,10 @@ class RemoteProvider:
         """Send one request; return one vector per text, or raise RemoteCallError."""
         raise NotImplementedError
 
+    def release(self) -> None:
+        """Close the HTTP client; the next request opens a new one."""
+        self.close()
+
     def close(self) -> None:
         client, self._client = self._client, None
         if client is not None and hasattr(client, "close"):

@@ -32,6 +32,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from memory_pipeline import storage
 from memory_pipeline.models import EXTRACTION_STATUS_SCHEMA, INDEXED_STATE_SCHEMA, MANIFEST_SCHEMA
 from memory_pipeline.providers.pricing import estimate_usd, price_rows, usd_per_mtok
 from memory_pipeline.settings import Settings
@@ -156,14 +157,14 @@ def _sql_str(value: str) -> str:
 def _dataset(con, name: str, pattern: Path, schema: pa.Schema) -> None:
     # A copy, not a view: the file then answers without the Parquet files, from any directory.
     if any(pattern.parent.glob(pattern.name)):
-        con.execute(f"CREATE TABLE {name} AS SELECT * FROM read_parquet({_sql_str(pattern.as_posix())})")
+        con.execute(f"CREATE TABLE {name} AS SELECT * FROM read_parquet({_sql_str(pattern.as_posix())}, union_by_name = true)")
     else:
         empty = schema.empty_table()  # noqa: F841 - read by DuckDB's replacement scan
         con.execute(f"CREATE TABLE {name} AS SELECT * FROM empty")
 
 
 def _vector_rows(settings: Settings, table_name: str) -> tuple[pa.Table, int, dict, str]:
-    store = VectorStore(settings.lancedb_uri, table_name)
+    store = VectorStore(storage.of(settings).lancedb_uri, table_name)
     table = store.open()
     if table is None:
         return _ROWS_SCHEMA.empty_table(), 0, {}, ""
@@ -195,21 +196,16 @@ def record_usage(settings: Settings, *, run_id: str, provider: str, model: str, 
     """
     if not chunks and not tokens:
         return
-    settings.runs_dir.mkdir(parents=True, exist_ok=True)
     line = {
         "run_id": run_id, "provider": provider, "model": model, "chunks": chunks, "tokens": tokens, "batch": batch,
         "est_usd": estimate_usd(provider, model, tokens, batch=batch),
         "at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }  # fmt: skip
-    fd = os.open(settings.runs_dir / USAGE_FILE, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        os.write(fd, (json.dumps(line) + "\n").encode())
-    finally:
-        os.close(fd)
+    storage.of(settings).append_line(storage.of(settings).runs_dir / USAGE_FILE, json.dumps(line))
 
 
 def _read_usage(settings: Settings) -> list[dict]:
-    path = settings.runs_dir / USAGE_FILE
+    path = storage.of(settings).runs_dir / USAGE_FILE
     if not path.is_file():
         return []
     out = []
@@ -261,8 +257,8 @@ def refresh_analytics(settings: Settings, model: str, table_name: str | None = N
     import duckdb
 
     table_name = table_name or settings.table_name
-    assets = settings.assets_dir
-    final = settings.data_dir / DB_NAME
+    assets = storage.of(settings).assets_dir
+    final = storage.of(settings).analytics_db
     tmp = final.with_name(f".{DB_NAME}.{os.getpid()}.tmp")
     tmp.unlink(missing_ok=True)
     vector_rows, dims, fts, provider = _vector_rows(settings, table_name)
@@ -276,8 +272,8 @@ def refresh_analytics(settings: Settings, model: str, table_name: str | None = N
         chunks_glob = assets / "memory_chunks" / "??.parquet"
         if any(chunks_glob.parent.glob(chunks_glob.name)):
             # Relative to the data folder (see the module docstring); bound once here, from that folder.
-            rel = chunks_glob.relative_to(settings.data_dir).as_posix()
-            con.execute(f"SET file_search_path = {_sql_str(settings.data_dir.as_posix())}")
+            rel = chunks_glob.relative_to(storage.of(settings).root).as_posix()
+            con.execute(f"SET file_search_path = {_sql_str(storage.of(settings).root.as_posix())}")
             con.execute(f"CREATE VIEW memory_chunks AS SELECT * EXCLUDE (embed_text) FROM read_parquet({_sql_str(rel)})")
         con.execute("CREATE TABLE vector_rows AS SELECT * FROM vector_rows")
         con.execute("CREATE TABLE embedding_cost AS SELECT * FROM embedding_cost")
@@ -285,11 +281,11 @@ def refresh_analytics(settings: Settings, model: str, table_name: str | None = N
         con.execute(FILE_STATUS_SQL)
         con.execute(COVERAGE_SQL)
         con.execute(PROBLEMS_SQL, {"model": model})
-        _ledger(con, "embedding_usage", settings.runs_dir / USAGE_FILE, USAGE_COLUMNS)
-        _ledger(con, "runs", settings.runs_dir / HISTORY_FILE, RUNS_COLUMNS)
+        _ledger(con, "embedding_usage", storage.of(settings).runs_dir / USAGE_FILE, USAGE_COLUMNS)
+        _ledger(con, "runs", storage.of(settings).runs_dir / HISTORY_FILE, RUNS_COLUMNS)
         con.execute(
             "CREATE TABLE table_info AS SELECT ? AS uri, ? AS table_name, ? AS dims, ? AS fts_indexed, ? AS fts_unindexed_rows",
-            [settings.lancedb_uri, table_name, dims, fts.get("indexed", False), fts.get("unindexed_rows", 0)],
+            [storage.of(settings).lancedb_uri, table_name, dims, fts.get("indexed", False), fts.get("unindexed_rows", 0)],
         )
         report = CoverageReport(path=final, table_rows=vector_rows.num_rows, table_dims=dims)
         report.fts_indexed = bool(fts.get("indexed"))
@@ -327,8 +323,8 @@ def refresh_runs(settings: Settings) -> bool:
     """
     import duckdb
 
-    final = settings.data_dir / DB_NAME
-    history = settings.runs_dir / HISTORY_FILE
+    final = storage.of(settings).analytics_db
+    history = storage.of(settings).runs_dir / HISTORY_FILE
     if not (final.is_file() and history.is_file()):
         return False
     before = final.stat()
@@ -354,7 +350,7 @@ def query(settings: Settings, sql: str) -> pa.Table:
     """Run one read-only query against the analytics database (from any directory)."""
     import duckdb
 
-    path = settings.data_dir / DB_NAME
+    path = storage.of(settings).analytics_db
     con = duckdb.connect(str(path), read_only=True)
     try:
         con.execute(f"SET file_search_path = {_sql_str(path.parent.as_posix())}")  # memory_chunks' relative path

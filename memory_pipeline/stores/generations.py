@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import fcntl
 import json
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
+from memory_pipeline import storage
 from memory_pipeline.errors import StoreError
 from memory_pipeline.settings import Settings
 from memory_pipeline.stores.lance import VectorStore
@@ -32,7 +32,7 @@ IDENTITY_KEYS = ("provider", "model", "dims", "provider_key")
 
 
 def _path(settings: Settings) -> Path:
-    return settings.data_dir / POINTER
+    return storage.of(settings).generations_pointer
 
 
 def _now() -> str:
@@ -55,17 +55,15 @@ def load(settings: Settings) -> dict:
 
 
 def _save(settings: Settings, state: dict) -> None:
-    path = _path(settings)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(state, indent=2, sort_keys=True))
-    os.replace(tmp, path)  # the switch is this one rename
+    storage.write_text(_path(settings), json.dumps(state, indent=2, sort_keys=True))  # the switch is this one rename
 
 
 @contextmanager
 def _locked(settings: Settings) -> Iterator[dict]:
     """Read-modify-write the pointer under an exclusive lock (parallel partition runs share it)."""
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    with open(settings.data_dir / (POINTER + ".lock"), "w") as lock:
+    pointer = _path(settings)
+    pointer.parent.mkdir(parents=True, exist_ok=True)
+    with open(pointer.with_name(POINTER + ".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             state = load(settings)
@@ -83,7 +81,7 @@ def _adopt_legacy(settings: Settings, state: dict) -> None:
     """A table from before generations (or a first run): make it generation 1."""
     if state["current"] is not None:
         return
-    store = VectorStore(settings.lancedb_uri, settings.table_name)
+    store = VectorStore(storage.of(settings).lancedb_uri, settings.table_name)
     if store.exists():
         meta = store.meta()
         state["generations"][settings.table_name] = {k: meta.get(k) for k in IDENTITY_KEYS} | {
@@ -133,7 +131,7 @@ def current(settings: Settings) -> tuple[str, dict]:
     state = load(settings)
     if state["current"]:
         return state["current"], state["generations"][state["current"]]
-    meta = VectorStore(settings.lancedb_uri, settings.table_name).meta()
+    meta = VectorStore(storage.of(settings).lancedb_uri, settings.table_name).meta()
     return settings.table_name, {k: meta.get(k) for k in IDENTITY_KEYS}
 
 
@@ -175,7 +173,7 @@ def prune(settings: Settings) -> list[str]:
 
 
 def _drop(settings: Settings, name: str) -> None:
-    store = VectorStore(settings.lancedb_uri, name)
+    store = VectorStore(storage.of(settings).lancedb_uri, name)
     if store.exists():
         store.db.drop_table(name)
 
@@ -186,6 +184,6 @@ def describe(settings: Settings) -> dict:
     out = []
     for name, rec in sorted(state["generations"].items(), key=lambda kv: kv[1].get("number", 0)):
         role = "current" if name == state["current"] else "building" if name == state["building"] else "previous"
-        store = VectorStore(settings.lancedb_uri, name)
+        store = VectorStore(storage.of(settings).lancedb_uri, name)
         out.append({"table": name, "role": role, "rows": store.count_rows() if store.exists() else 0} | rec)
     return {"current": state["current"], "building": state["building"], "previous": state["previous"], "generations": out}

@@ -21,7 +21,7 @@ def _grep(folder: Path, needle: str) -> list[str]:
 def test_killed_after_submission_resumes_the_same_job(tmp_path, sample_dir, openai_fake):
     cfg = batch_config(tmp_path / "memory_pipeline.yaml", openai_fake)
     env = {"OPENAI_API_KEY": openai_fake.api_key}
-    killed = run_cli("index", "--config", str(cfg), "--json", env={**env, "MEMORY_PIPELINE_FAULT": "batch_after_submit"})
+    killed = run_cli("index", "--config", str(cfg), "--json", env=env, kill_at="batch_after_submit")
     assert killed.returncode == -signal.SIGKILL
     assert openai_fake.batches_created() == 1
 

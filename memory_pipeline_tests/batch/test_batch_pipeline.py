@@ -11,7 +11,7 @@ import numpy as np
 
 from memory_pipeline.batching.jobs import JobStore, store_path
 from memory_pipeline.defs.partitions import FULL_RANGE_TAGS
-from memory_pipeline.defs.resources import MemoryConfigResource
+from memory_pipeline.defs.resources import index_resources
 from memory_pipeline.defs.sensors import batch_jobs_sensor
 from memory_pipeline.search import search
 from memory_pipeline.settings import load_settings
@@ -62,7 +62,7 @@ def test_wait_false_then_the_sensor_completes_the_graph(tmp_path, sample_dir, op
     cfg = batch_config(tmp_path / "memory_pipeline.yaml", openai_fake, wait=False)
     openai_fake.batch_faults = ["hold"]
     openai_fake.held = True
-    resources = {"memory_config": MemoryConfigResource(config_path=str(cfg))}
+    resources = index_resources(str(cfg))
     with dg.instance_for_test() as instance:
         first = materialize(cfg, instance, tags=dict(FULL_RANGE_TAGS))
         assert first.success
@@ -74,15 +74,15 @@ def test_wait_false_then_the_sensor_completes_the_graph(tmp_path, sample_dir, op
             (job,) = store.open_jobs()
         assert job.state == "submitted" and job.remote_id and len(job.shards) > 3
 
-        ctx = dg.build_sensor_context(instance=instance, resources=resources)
-        ticks = list(batch_jobs_sensor(ctx))
+        with dg.build_sensor_context(instance=instance, resources=resources) as ctx:
+            ticks = list(batch_jobs_sensor(ctx))
         assert len(ticks) == 1 and isinstance(ticks[0], dg.SkipReason)  # still running
 
         openai_fake.held = False
         requests = []
         for _tick in range(5):  # the job finishes over a few more status polls
-            ctx = dg.build_sensor_context(instance=instance, resources=resources)
-            requests = [r for r in batch_jobs_sensor(ctx) if isinstance(r, dg.RunRequest)]
+            with dg.build_sensor_context(instance=instance, resources=resources) as ctx:
+                requests = [r for r in batch_jobs_sensor(ctx) if isinstance(r, dg.RunRequest)]
             if requests:
                 break
         assert sorted(r.partition_key for r in requests) == sorted(job.shards)

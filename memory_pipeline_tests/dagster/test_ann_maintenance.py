@@ -11,7 +11,7 @@ import pytest
 
 from memory_pipeline.defs.assets import index_assets
 from memory_pipeline.defs.partitions import FULL_RANGE_TAGS, MAINTENANCE_TAG
-from memory_pipeline.defs.resources import MemoryConfigResource
+from memory_pipeline.defs.resources import index_resources
 from memory_pipeline.search import search
 from memory_pipeline.settings import FtsConfig, load_settings
 from memory_pipeline.stores.lance import FTS_COLUMN, VectorStore
@@ -38,7 +38,7 @@ def test_ann_built_above_threshold_and_measured_nightly(tmp_path: Path):
         topic = TOPICS[i % len(TOPICS)]
         (mem / f"note-{i:03d}.md").write_text(f"# Note {i}\n\nAbout {topic}: entry {i} with detail {i * 7 % 13}.\n")
     cfg = write_config(tmp_path / "memory_pipeline.yaml", ann={"min_rows": 256})
-    resources = {"memory_config": MemoryConfigResource(config_path=str(cfg))}
+    resources = index_resources(str(cfg))
     with dg.instance_for_test() as instance:
         first = dg.materialize(index_assets, instance=instance, resources=resources, run_config=LOGGERS, tags=dict(FULL_RANGE_TAGS))
         assert first.success and _vectors_meta(first)["ann"] == "built"

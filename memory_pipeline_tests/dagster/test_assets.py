@@ -11,7 +11,7 @@ import pytest
 
 from memory_pipeline.definitions import defs
 from memory_pipeline.defs.partitions import FULL_RANGE_TAGS, MAINTENANCE_TAG, shard_partitions
-from memory_pipeline.defs.resources import MemoryConfigResource
+from memory_pipeline.defs.resources import index_resources
 from memory_pipeline.defs.schedules import nightly_reconciliation_schedule
 from memory_pipeline.defs.sensors import memory_files_sensor
 from memory_pipeline.discovery import shard_of
@@ -73,14 +73,16 @@ def test_single_partition_run_touches_only_its_files(tmp_path: Path, sample_conf
 def test_sensor_requests_only_changed_shards(sample_config: Path, sample_dir: Path):
     with dg.instance_for_test() as instance:
         assert materialize(sample_config, instance, tags=dict(FULL_RANGE_TAGS)).success
-        resources = {"memory_config": MemoryConfigResource(config_path=str(sample_config))}
-        ctx = dg.build_sensor_context(instance=instance, resources=resources)
-        first = list(memory_files_sensor(ctx))
+        resources = index_resources(str(sample_config))
+        # The embedder resource has a tear-down: a sensor context with it is opened as a context manager.
+        with dg.build_sensor_context(instance=instance, resources=resources) as ctx:
+            first = list(memory_files_sensor(ctx))
+            cursor = ctx.cursor
         assert all(isinstance(r, dg.SkipReason) for r in first), first  # nothing changed since the run
         note = sample_dir / "memory" / "2026-10-11.md"
         note.write_text(note.read_text() + "\n## Update\nTried a rye flour blend today.\n")
-        ctx = dg.build_sensor_context(instance=instance, resources=resources, cursor=ctx.cursor)
-        requests = [r for r in memory_files_sensor(ctx) if isinstance(r, dg.RunRequest)]
+        with dg.build_sensor_context(instance=instance, resources=resources, cursor=cursor) as ctx:
+            requests = [r for r in memory_files_sensor(ctx) if isinstance(r, dg.RunRequest)]
         assert [r.partition_key for r in requests] == [shard_of("mem", "memory/2026-10-11.md")]
         # The requested run indexes the change.
         result = materialize(sample_config, instance, partition_key=requests[0].partition_key)

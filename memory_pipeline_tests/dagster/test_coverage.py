@@ -13,7 +13,7 @@ import pytest
 
 from memory_pipeline.defs.assets import index_assets
 from memory_pipeline.defs.partitions import FULL_RANGE_TAGS
-from memory_pipeline.defs.resources import MemoryConfigResource
+from memory_pipeline.defs.resources import index_resources
 from memory_pipeline.settings import load_settings
 
 CHECKS = (
@@ -29,7 +29,7 @@ def _run(config: Path, instance, force: bool = False):
     return dg.materialize(
         index_assets,
         instance=instance,
-        resources={"memory_config": MemoryConfigResource(config_path=str(config))},
+        resources=index_resources(str(config)),
         tags=dict(FULL_RANGE_TAGS),
         run_config={
             "ops": {"source_files": {"config": {"force": force}}, "memory_vectors": {"config": {"force": force}}},
@@ -105,7 +105,7 @@ def _check_alone(config: Path, instance, name: str):
     return dg.materialize(
         index_assets,
         instance=instance,
-        resources={"memory_config": MemoryConfigResource(config_path=str(config))},
+        resources=index_resources(str(config)),
         selection=dg.AssetSelection.checks(dg.AssetCheckKey(dg.AssetKey("index_coverage"), name)),
         run_config={"loggers": {"console": {"config": {"log_level": "ERROR"}}}},
         raise_on_error=False,

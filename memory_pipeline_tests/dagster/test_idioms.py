@@ -15,7 +15,7 @@ from memory_pipeline.definitions import defs
 from memory_pipeline.defs.assets import _MAX_LISTED, _problems, index_assets, index_coverage
 from memory_pipeline.defs.checks import CHECKS, COVERAGE, index_coverage_checks
 from memory_pipeline.defs.partitions import FULL_RANGE_TAGS
-from memory_pipeline.defs.resources import MemoryConfigResource
+from memory_pipeline.defs.resources import index_resources
 from memory_pipeline.models import CHUNKS_SCHEMA, MANIFEST_SCHEMA, SEGMENTS_SCHEMA
 from memory_pipeline.settings import load_settings
 from memory_pipeline_tests.conftest import SAMPLE, TEXT_ONLY, write_config
@@ -68,7 +68,7 @@ def test_pyproject_declares_the_dg_project():
     repo = defs.get_repository_def()
     assert {k.to_user_string() for k in repo.asset_graph.get_all_asset_keys()} == set(ASSETS)
     assert {k.name for k in repo.asset_graph.asset_check_keys} == set(CHECKS)
-    assert set(defs.resources) == {"memory_config"}
+    assert set(defs.resources) == {"memory_config", "embedder", "stage_hooks", "run_results"}
 
 
 def test_every_asset_has_owners_tags_kinds_description_and_a_code_reference():
@@ -169,7 +169,7 @@ def _run_check_alone(config: Path, instance, name: str):
     return dg.materialize(
         index_assets,
         instance=instance,
-        resources={"memory_config": MemoryConfigResource(config_path=str(config))},
+        resources=index_resources(str(config)),
         selection=dg.AssetSelection.checks(dg.AssetCheckKey(COVERAGE, name)),
         run_config=LOGGERS,
         raise_on_error=False,

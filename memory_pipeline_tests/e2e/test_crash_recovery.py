@@ -35,7 +35,7 @@ def test_killed_run_then_rerun_equals_clean_run(tmp_path: Path, clean_rows: list
     cfg = write_config(tmp_path / "memory_pipeline.yaml")
     killed = run_cli(
         "index", "--config", str(cfg), "--json",
-        env={"MEMORY_PIPELINE_FAULT": fault, "MEMORY_PIPELINE_EMBED_SLICE": "16"},
+        kill_at=fault, embed_slice=16,
     )  # fmt: skip
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     partial = _rows(tmp_path / "index")

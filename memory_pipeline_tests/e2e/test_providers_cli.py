@@ -118,7 +118,7 @@ def test_model_change_builds_a_new_generation_while_search_uses_the_old(mem: Pat
         assert first["table"] == "memory_vectors" and first["dims"] == 256
         write_config(cfg, provider="openai", model="text-embedding-3-large", dims=1024, remote={"base_url": fake.base_url, **FAST})
         # A rebuild killed half-way: the new generation is incomplete.
-        killed = run_cli("index", "--config", str(cfg), env={**env, "MEMORY_PIPELINE_FAULT": "write_after_first_commit"})
+        killed = run_cli("index", "--config", str(cfg), env=env, kill_at="write_after_first_commit")
         assert killed.returncode == -9
         status = run_json("status", "--config", str(cfg), "--json", env=env)
         gens = {g["table"]: g for g in status["generations"]["generations"]}

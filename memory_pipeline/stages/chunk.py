@@ -1,0 +1,128 @@
+"""Stage 3, ``memory_chunks``: token-aware chunks with stable ids, never over the model's input limit.
+
+A file whose chunking fails gets that reason in its extraction status (where every
+reader of per-file outcomes looks); the other files are chunked.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from memory_pipeline import storage
+from memory_pipeline.changes import EmbeddingIdentity, chunk_budget, chunk_id, file_sha256
+from memory_pipeline.chunking import chunk_segments, locator_for
+from memory_pipeline.discovery import MEDIA_MODALITIES
+from memory_pipeline.errors import ProviderError
+from memory_pipeline.models import CHUNKS_SCHEMA, EXTRACTION_STATUS_SCHEMA, MANIFEST_SCHEMA, SEGMENTS_SCHEMA, Segment
+from memory_pipeline.providers.base import EmbeddingProvider
+from memory_pipeline.settings import Settings
+from memory_pipeline.stages.media import media_label, native_media_enabled, native_media_ok
+
+
+@dataclass
+class ChunkCounts:
+    files: int = 0
+    chunks: int = 0
+    tokens: int = 0
+    max_model_tokens: int = 0
+    failed: int = 0
+    failures: list[dict] = field(default_factory=list)
+
+
+def make_chunks(settings: Settings, shards: Sequence[str], provider: EmbeddingProvider | None, ident: EmbeddingIdentity) -> ChunkCounts:
+    """Chunk every extracted file; chunks never exceed the provider's real input limit."""
+    data = storage.of(settings)
+    budget, overlap = chunk_budget(settings, ident)
+    count_model = provider.count_tokens if provider is not None else None
+    limit = provider.max_input_tokens if provider is not None else None
+    native = native_media_enabled(settings, provider)
+    counts = ChunkCounts()
+    for shard in shards:
+        failed: dict[str, str] = {}
+        manifest = {r["doc_id"]: r for r in data.read("source_files", shard, MANIFEST_SCHEMA).to_pylist()}
+        segs_by_doc: dict[str, list[Segment]] = defaultdict(list)
+        for r in data.read("extracted_content", shard, SEGMENTS_SCHEMA).to_pylist():
+            segs_by_doc[r["doc_id"]].append(Segment(r["text"], r["line_start"], r["line_end"], r["label"], r["kind"] or ""))
+        rows: list[dict] = []
+        for doc, segments in segs_by_doc.items():
+            m = manifest[doc]
+            counts.files += 1
+            try:
+                chunks = chunk_segments(
+                    m["modality"],
+                    segments,
+                    budget=budget,
+                    overlap=overlap,
+                    model_limit=limit,
+                    count_model=count_model,
+                    title=os.path.basename(m["path"]) if m["modality"] in MEDIA_MODALITIES else "",
+                )
+            except ProviderError:
+                raise  # the model's tokenizer failed: not this file's fault
+            except Exception as err:  # noqa: BLE001 - one file's failure, whatever it is, is that file's error
+                failed[doc] = f"chunking failed: {type(err).__name__}: {err}"
+                counts.failed += 1
+                continue
+            rows.extend(_chunk_rows(m, shard, chunks, segments, native))
+            counts.chunks += len(chunks)
+            counts.tokens += sum(c.tokens for c in chunks)
+            counts.max_model_tokens = max([counts.max_model_tokens, *(c.model_tokens for c in chunks)])
+        data.write_rows(rows, CHUNKS_SCHEMA, "memory_chunks", shard)
+        if failed:
+            # Recorded where every reader of per-file outcomes looks (run errors, coverage, checks).
+            status = data.read("extracted_content", shard, EXTRACTION_STATUS_SCHEMA, ".status").to_pylist()
+            for r in status:
+                if r["doc_id"] in failed:
+                    r.update(status="failed", reason=failed[r["doc_id"]])
+            data.write_rows(status, EXTRACTION_STATUS_SCHEMA, "extracted_content", shard, ".status")
+            counts.failures.extend({"path": manifest[d]["abs_path"], "reason": r} for d, r in failed.items())
+    return counts
+
+
+def _chunk_rows(m: dict, shard: str, chunks, segments: list[Segment], native: bool) -> list[dict]:
+    rows = []
+    seen: dict[tuple[str, str], int] = defaultdict(int)
+    for c in chunks:
+        embed_text = c.embed_text
+        media_file = ""
+        if native and c.kind == "media" and native_media_ok(m["mime_type"], m["size"]):
+            # The file itself: its bytes, labelled with its name, note and description.
+            embed_text = media_label(m["path"], segments)
+            media_file = m["abs_path"]
+        content_hash = hashlib.sha256(embed_text.encode()).hexdigest()
+        if media_file:
+            content_hash = hashlib.sha256(f"native\0{file_sha256(m['sha256'])}\0{embed_text}".encode()).hexdigest()
+        locator = locator_for(m["modality"], c.line_start, c.line_end, c.kind)
+        occurrence = seen[(locator, content_hash)]
+        seen[(locator, content_hash)] += 1
+        rows.append(
+            {
+                "chunk_id": chunk_id(m["source"], m["path"], locator, content_hash, occurrence),
+                "doc_id": m["doc_id"],
+                "source": m["source"],
+                "path": m["path"],
+                "shard": shard,
+                "chunk_index": c.index,
+                "heading": c.heading,
+                "text": c.text,
+                "embed_text": embed_text,
+                "content_hash": content_hash,
+                "line_start": c.line_start,
+                "line_end": c.line_end,
+                "locator": locator,
+                "tokens": c.tokens,
+                "modality": m["modality"],
+                "mime_type": m["mime_type"],
+                "file_sha256": file_sha256(m["sha256"]),
+                "file_mtime_ns": m["mtime_ns"],
+                "media_file": media_file,
+            }
+        )
+    return rows
+
+
+__all__ = ["ChunkCounts", "make_chunks"]

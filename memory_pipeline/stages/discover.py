@@ -1,0 +1,202 @@
+"""Stage 1, ``source_files``: walk the sources, decide per file what this run does.
+
+Writes per shard the manifest (one row per file: stat, hash, type, status, action)
+and the deletions (files gone since the last run). Before deciding, the table is
+checked against the records (:func:`check_table`): files whose rows were lost or
+changed are indexed again and rows no record knows are removed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from memory_pipeline import storage
+from memory_pipeline.changes import EmbeddingIdentity, decide, file_sha256, fingerprint, same_stat
+from memory_pipeline.discovery import DiscoveredFile, assess, shard_of, walk_all
+from memory_pipeline.errors import StoreError
+from memory_pipeline.models import DELETIONS_SCHEMA, INDEXED_STATE_SCHEMA, MANIFEST_SCHEMA
+from memory_pipeline.settings import Settings
+from memory_pipeline.stores import generations
+from memory_pipeline.stores.lance import VectorStore
+
+log = logging.getLogger("memory_pipeline")
+
+
+@dataclass
+class TableCheck:
+    """Where the table no longer holds what the records (``memory_vectors/<shard>.state``) say."""
+
+    stale: dict[str, set[str]] = field(default_factory=dict)  # shard -> files whose rows are missing or other
+    orphans: dict[str, set[str]] = field(default_factory=dict)  # shard -> files with rows but no record
+    table_rows: int = 0
+    reason: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not any(self.stale.values()) and not any(self.orphans.values())
+
+    @property
+    def files(self) -> int:
+        return sum(len(v) for v in self.stale.values()) + sum(len(v) for v in self.orphans.values())
+
+
+def check_table(settings: Settings, ident: EmbeddingIdentity, shards: Sequence[str]) -> TableCheck:
+    """Compare the table with the records, file by file: row count and file content hash.
+
+    Catches a deleted or damaged table folder, rows deleted by hand and an older version
+    restored (its rows carry an older file hash). Reads three narrow columns, no vectors.
+    """
+    data = storage.of(settings)
+    check = TableCheck()
+    store = VectorStore(data.lancedb_uri, generations.table_for(settings, ident.meta()))
+    try:
+        rows = store.doc_rows(shards) if store.exists() else None
+    except StoreError as err:
+        rows, check.reason = None, str(err)
+    if rows is None and not check.reason:
+        check.reason = f"table {store.table_name} is missing"
+    fp = fingerprint(settings, ident)
+    held: dict[str, tuple[int, set[str]]] = {}
+    held_in: dict[str, set[str]] = defaultdict(set)  # shard -> files with rows there
+    if rows is not None:
+        check.table_rows = rows.num_rows
+        counts: dict[str, int] = defaultdict(int)
+        hashes: dict[str, set[str]] = defaultdict(set)
+        cols = (rows.column(c).to_pylist() for c in ("doc_id", "file_sha256", "shard"))
+        for d, h, sh in zip(*cols):
+            counts[d] += 1
+            hashes[d].add(h)
+            held_in[sh].add(d)
+        held = {d: (counts[d], hashes[d]) for d in counts}
+    for shard in shards:
+        state = data.read("memory_vectors", shard, INDEXED_STATE_SCHEMA, ".state").to_pylist()
+        recorded = {r["doc_id"] for r in state}
+        stale = set()
+        for r in state:
+            if r["fingerprint"] != fp:
+                continue  # indexed for another identity: re-indexed anyway
+            n, got = held.get(r["doc_id"], (0, set()))
+            want = {file_sha256(r["sha256"])} if r["chunks"] else set()
+            if n != r["chunks"] or got != want:
+                stale.add(r["doc_id"])
+        check.stale[shard] = stale
+        check.orphans[shard] = {d for d in held_in.get(shard, ()) if d not in recorded}
+    if not check.ok and not check.reason:
+        check.reason = f"table {store.table_name} does not hold what the index records say"
+    return check
+
+
+@dataclass
+class DiscoverCounts:
+    files_seen: int = 0
+    files_ok: int = 0
+    files_changed: int = 0
+    files_unchanged: int = 0
+    files_deleted: int = 0
+    files_skipped: int = 0
+    files_failed: int = 0
+    files_hashed: int = 0
+    bytes_hashed: int = 0
+    files_repaired: int = 0  # files re-indexed or removed because the table lost or changed their rows
+
+
+def discover(
+    settings: Settings, shards: Sequence[str], *, force: bool, fp: str, ident: EmbeddingIdentity | None = None
+) -> DiscoverCounts:
+    """Stat-walk every source, hash only what changed, decide per file: index, unchanged or nothing.
+
+    With ``ident``, the table is first checked against the records: files whose rows are
+    missing or hold other content are re-indexed, rows of files no record knows are removed.
+    """
+    data = storage.of(settings)
+    wanted = set(shards)
+    check = check_table(settings, ident, shards) if ident is not None and not force else None
+    if check is not None and not check.ok:
+        log.warning("%s: repairing %d files (re-indexed from the cache where it has their vectors)", check.reason, check.files)
+    by_shard: dict[str, list[DiscoveredFile]] = defaultdict(list)
+    for f in walk_all(settings):
+        if f.shard in wanted:
+            by_shard[f.shard].append(f)
+    counts = DiscoverCounts()
+    # A source folder that is missing (an unmounted disk) must not wipe its rows from the index.
+    missing = {s.name: s.path for s in settings.sources if not s.path.is_dir()}
+    for name, path in missing.items():
+        shard = shard_of(name, "")
+        if shard in wanted:
+            by_shard[shard].append(
+                DiscoveredFile(name, "", str(path), shard, 0, 0, 0, "failed", "source folder not found; its indexed rows are kept")
+            )
+    for shard in shards:
+        prev = {r["doc_id"]: r for r in data.read("source_files", shard, MANIFEST_SCHEMA).to_pylist()}
+        state = {r["doc_id"]: r for r in data.read("memory_vectors", shard, INDEXED_STATE_SCHEMA, ".state").to_pylist()}
+        orphans: set[str] = set()
+        if check is not None and not check.ok:
+            stale = check.stale.get(shard, set())
+            orphans = check.orphans.get(shard, set())
+            counts.files_repaired += len(stale) + len(orphans)
+            if stale:
+                # The record is wrong: forget it now, so these files are indexed again.
+                state = {d: r for d, r in state.items() if d not in stale}
+                data.write_rows(sorted(state.values(), key=lambda r: r["doc_id"]), INDEXED_STATE_SCHEMA, "memory_vectors", shard, ".state")
+                orphans |= stale
+        rows = [manifest_row(f, prev.get(f.doc_id), state.get(f.doc_id), settings, force=force, fp=fp, counts=counts) for f in by_shard.get(shard, [])]
+        present_ok = {r["doc_id"] for r in rows if r["status"] != "skipped"}
+        deletions = [
+            {"doc_id": d, "source": d.split(":", 1)[0], "path": d.split(":", 1)[1]}
+            for d in sorted(set(state) | orphans)
+            if d not in present_ok and d.split(":", 1)[0] not in missing
+        ]
+        counts.files_deleted += len(deletions)
+        data.write_rows(rows, MANIFEST_SCHEMA, "source_files", shard)
+        data.write_rows(deletions, DELETIONS_SCHEMA, "source_files", shard, ".deletions")
+    return counts
+
+
+def manifest_row(
+    f: DiscoveredFile, prev: dict | None, state: dict | None, settings: Settings, *, force: bool, fp: str, counts: DiscoverCounts
+) -> dict:
+    """The manifest row of one walked file, counted in ``counts``."""
+    counts.files_seen += 1
+    known = None
+    if f.status == "ok" and prev is not None and same_stat(prev, f.size, f.mtime_ns, f.inode):
+        known = (prev["sha256"], prev["mime_type"], prev["modality"])
+    facts = assess(f, settings, known=known)
+    if f.status == "ok" and known is None:
+        if facts.sha256:
+            counts.files_hashed += 1
+            counts.bytes_hashed += facts.size
+    row = {
+        "doc_id": f.doc_id,
+        "source": f.source,
+        "path": f.path,
+        "abs_path": f.abs_path,
+        "shard": f.shard,
+        "size": facts.size,
+        "mtime_ns": facts.mtime_ns,
+        "inode": facts.inode,
+        "sha256": facts.sha256,
+        "mime_type": facts.mime,
+        "modality": facts.modality,
+        "status": facts.status,
+        "reason": facts.reason,
+        "action": "none",
+        "walk_status": facts.walk_status,
+    }
+    if row["status"] == "ok":
+        counts.files_ok += 1
+        row["action"] = decide(row["sha256"], state, fp, force=force)
+        if row["action"] == "index":
+            counts.files_changed += 1
+        else:
+            counts.files_unchanged += 1
+    elif row["status"] == "skipped":
+        counts.files_skipped += 1
+    else:
+        counts.files_failed += 1
+    return row
+
+
+__all__ = ["DiscoverCounts", "TableCheck", "check_table", "discover", "manifest_row"]

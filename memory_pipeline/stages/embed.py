@@ -1,0 +1,159 @@
+"""Stage 4, ``chunk_embeddings``: a vector for every chunk of the changed files.
+
+The embedding cache first (by content hash, so unchanged text is never sent twice),
+then the provider's batch API where configured, then live requests in slices; every
+slice is checkpointed to the cache, so a killed run loses at most one slice.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from memory_pipeline import progress, storage
+from memory_pipeline.batching.stage import embed_batched
+from memory_pipeline.changes import EmbeddingIdentity
+from memory_pipeline.errors import ProviderError
+from memory_pipeline.models import CHUNKS_SCHEMA, embeddings_schema
+from memory_pipeline.providers.base import EmbeddingProvider
+from memory_pipeline.settings import Settings
+from memory_pipeline.stages.hooks import NO_HOOKS, StageHooks
+from memory_pipeline.stages.media import embed_media
+from memory_pipeline.stores.cache import EmbeddingCache, cache_key
+
+
+@dataclass
+class EmbedCounts:
+    chunks: int = 0
+    unique: int = 0
+    cached: int = 0
+    embedded: int = 0
+    tokens_embedded: int = 0
+    media_embedded: int = 0  # of which natively, from the media bytes
+    dims: int = 0
+    seconds: float = 0.0
+    batched: int = 0  # vectors that came back from provider batch jobs
+    pending: int = 0  # chunks whose batch job is still running (remote.batch.wait: false)
+    batch: dict | None = None  # the run's batch metrics (jobs, requests, tokens, fallbacks, cost)
+
+
+def embed_chunks(
+    settings: Settings,
+    shards: Sequence[str],
+    provider: EmbeddingProvider | None,
+    ident: EmbeddingIdentity,
+    hooks: StageHooks = NO_HOOKS,
+) -> EmbedCounts:
+    """Vectors for every chunk of the changed files: cache first, then the provider, corpus-wide."""
+    data = storage.of(settings)
+    counts = EmbedCounts(dims=ident.dims)
+    chunk_tables = {s: data.read("memory_chunks", s, CHUNKS_SCHEMA) for s in shards}
+    if provider is None:
+        # Full-text only: empty one-dimensional files, so the graph stays whole.
+        for s in shards:
+            data.write(embeddings_schema(1).empty_table(), "chunk_embeddings", s)
+        return counts
+    texts: dict[str, str] = {}
+    tokens: dict[str, int] = {}
+    shards_of: dict[str, set[str]] = defaultdict(set)
+    media: dict[str, tuple[str, str, str, Path | None]] = {}  # content hash -> (abs path, mime, label, root)
+    roots = {s.name: s.path for s in settings.sources}
+    for shard, table in chunk_tables.items():
+        counts.chunks += table.num_rows
+        for h, t, n, f, mime, src in zip(
+            *(table.column(c).to_pylist() for c in ("content_hash", "embed_text", "tokens", "media_file", "mime_type", "source"))
+        ):
+            texts.setdefault(h, t)
+            tokens.setdefault(h, n)
+            shards_of[h].add(shard)
+            if f:
+                media.setdefault(h, (f, mime, t, roots.get(src)))
+    counts.unique = len(texts)
+    vectors: dict[str, np.ndarray] = {}
+    cache = EmbeddingCache(data.cache_path, settings.cache.max_entries) if settings.cache.enabled else None
+    try:
+        _embed(settings, provider, ident, hooks, texts, tokens, shards_of, media, cache, vectors, counts)
+    finally:
+        if cache is not None:
+            cache.close()
+    schema = embeddings_schema(ident.dims)
+    for s, table in chunk_tables.items():
+        # Chunks still in a running batch job get no vector yet: their files wait (memory_vectors skips them).
+        hashes = sorted(h for h in set(table.column("content_hash").to_pylist()) if h in vectors)
+        arr = np.stack([vectors[h] for h in hashes]).astype(np.float32) if hashes else np.zeros((0, ident.dims), np.float32)
+        vec = pa.FixedSizeListArray.from_arrays(pa.array(arr.reshape(-1), type=pa.float32()), ident.dims)
+        data.write(pa.Table.from_arrays([pa.array(hashes, type=pa.string()), vec], schema=schema), "chunk_embeddings", s)
+    return counts
+
+
+def _embed(settings, provider, ident, hooks, texts, tokens, shards_of, media, cache, vectors, counts: EmbedCounts) -> None:
+    keys = {h: cache_key(ident.provider, ident.model, ident.provider_key, ident.dims, h) for h in texts}
+    if cache is not None and keys:
+        hits = cache.get_many(list(keys.values()), ident.dims)
+        vectors.update((h, hits[k]) for h, k in keys.items() if k in hits)
+    counts.cached = len(vectors)
+    started = time.perf_counter()
+    media_misses = [h for h in texts if h not in vectors and h in media]
+    if media_misses:
+        got = embed_media(provider, {h: media[h] for h in media_misses})
+        vectors.update(got)
+        media_misses = [h for h in media_misses if h in got]
+        if cache is not None:
+            cache.put_many((keys[h], vectors[h]) for h in media_misses)
+        counts.embedded += len(media_misses)
+        counts.media_embedded += len(media_misses)
+    # A media file whose bytes could not be read natively gets no text vector in its place.
+    misses = sorted((h for h in texts if h not in vectors and h not in media), key=lambda h: len(texts[h]))
+    batched = embed_batched(
+        settings,
+        provider,
+        ident,
+        {h: texts[h] for h in misses},
+        tokens,
+        shards_of,
+        # Every vector a job returns goes to the cache, also those of other shards' files: their runs find them there.
+        on_vectors=(lambda got: cache.put_many((keys.get(h) or cache_key(ident.provider, ident.model, ident.provider_key, ident.dims, h), v) for h, v in got.items()))
+        if cache is not None
+        else None,
+        on_submitted=lambda: hooks.at("batch_after_submit"),
+    )
+    if batched is not None:
+        vectors.update((h, v) for h, v in batched.vectors.items() if h in texts)
+        counts.batched = sum(1 for h in misses if h in vectors)
+        counts.pending = len(batched.pending)
+        # What the batch could not do (failed, expired beyond retry, disabled) is embedded live now.
+        misses = [h for h in misses if h not in vectors and h not in batched.pending]
+    slice_size = max(hooks.embed_slice, 1)
+    if misses:
+        progress.report("embed", 0, len(misses), "chunks")
+    for i in range(0, len(misses), slice_size):
+        batch = misses[i : i + slice_size]
+        out = provider.embed_documents([texts[h] for h in batch])
+        if out.shape != (len(batch), ident.dims):
+            raise ProviderError(f"provider returned vectors of shape {out.shape}, expected ({len(batch)}, {ident.dims})", provider=ident.provider)
+        for h, v in zip(batch, out):
+            vectors[h] = v
+        if cache is not None:
+            cache.put_many((keys[h], vectors[h]) for h in batch)
+        counts.embedded += len(batch)
+        counts.tokens_embedded += sum(tokens[h] for h in batch)
+        progress.report("embed", counts.embedded, len(misses), "chunks")
+        hooks.at("embed_after_first_batch")
+    counts.seconds = time.perf_counter() - started
+    if batched is not None:
+        m = batched.metrics
+        m.live_fallbacks, m.live_tokens, m.cache_hits = counts.embedded - counts.media_embedded, counts.tokens_embedded, counts.cached
+        m.finish_costs()
+        counts.batch = m.as_dict()
+        counts.embedded += counts.batched
+    if cache is not None and counts.embedded:
+        cache.prune()
+
+
+__all__ = ["EmbedCounts", "embed_chunks"]

@@ -1,0 +1,227 @@
+"""What a run did: per-file problems, the typed run summary, and the no-op check.
+
+The summary is built once from what the stages return (:class:`RunResults` collects
+their counts during a run), never parsed back out of Dagster metadata. The CLI prints
+it, ``index --json`` and the run records (``runs/last_run.json``, ``history.jsonl``)
+store it as JSON (:meth:`RunSummary.as_dict`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field, fields
+from datetime import datetime, timezone
+from typing import Any
+
+from memory_pipeline import storage
+from memory_pipeline.changes import EmbeddingIdentity, committed, fingerprint, manifest_fingerprints, shard_fingerprints
+from memory_pipeline.discovery import SHARD_KEYS
+from memory_pipeline.models import EXTRACTION_STATUS_SCHEMA, INDEXED_STATE_SCHEMA, MANIFEST_SCHEMA
+from memory_pipeline.settings import Settings
+from memory_pipeline.stages.chunk import ChunkCounts
+from memory_pipeline.stages.discover import DiscoverCounts, check_table
+from memory_pipeline.stages.embed import EmbedCounts
+from memory_pipeline.stages.extract import ExtractCounts
+from memory_pipeline.stages.write import WriteStats
+
+
+def run_errors(settings: Settings, shards: Iterable[str]) -> list[dict]:
+    """Every file not indexed for a reason: discovery skips and failures, extraction failures."""
+    data = storage.of(settings)
+    errors: list[dict] = []
+    for shard in shards:
+        manifest = {r["doc_id"]: r for r in data.read("source_files", shard, MANIFEST_SCHEMA).to_pylist()}
+        for r in manifest.values():
+            if r["status"] in ("skipped", "failed"):
+                errors.append({"path": r["abs_path"], "source": r["source"], "status": r["status"], "reason": r["reason"]})
+        for r in data.read("extracted_content", shard, EXTRACTION_STATUS_SCHEMA, ".status").to_pylist():
+            if r["status"] == "failed" or r["reason"]:
+                # An ok file with a reason was indexed in part (e.g. a PDF over the page cap).
+                m = manifest.get(r["doc_id"], {})
+                status = "failed" if r["status"] == "failed" else "partial"
+                errors.append({"path": m.get("abs_path", r["doc_id"]), "source": m.get("source", ""), "status": status, "reason": r["reason"]})
+    return sorted(errors, key=lambda e: e["path"])
+
+
+@dataclass
+class EmbedInfo:
+    """How the run embedded: with which provider, why (a fallback), at what estimated cost."""
+
+    provider: str = ""
+    model: str = ""
+    dims: int = 0
+    mode: str = ""  # vector+fts | fts-only
+    requested_provider: str = ""
+    fallback_reason: str = ""
+    est_cost_usd: float | None = 0.0
+    tokens_total: int = 0  # live and batch tokens
+
+
+@dataclass
+class RunResults:
+    """What each stage of one run returned; filled in by the assets as they finish."""
+
+    discover: DiscoverCounts | None = None
+    extract: ExtractCounts | None = None
+    chunk: ChunkCounts | None = None
+    embed: EmbedCounts | None = None
+    embed_info: EmbedInfo | None = None
+    write: WriteStats | None = None
+    coverage: float | None = None
+    error: BaseException | None = None  # the first error a stage raised (the run failed)
+
+    def failed(self, err: BaseException) -> None:
+        if self.error is None:
+            self.error = err
+
+
+@dataclass(frozen=True)
+class RunSummary(Mapping):
+    """One `memory index` run, as the CLI shows it and the records keep it.
+
+    Read by attribute, or as a mapping with the keys of ``index --json``.
+    """
+
+    files_seen: int = 0
+    files_changed: int = 0
+    files_deleted: int = 0
+    files_repaired: int = 0
+    chunks_total: int = 0
+    chunks_embedded: int = 0
+    chunks_cached: int = 0
+    tokens_embedded: int = 0
+    est_cost_usd: float | None = 0.0
+    rows_written: int = 0
+    rows_deleted: int = 0
+    table_rows: int = 0
+    provider: str = ""
+    model: str = ""
+    dims: int = 0
+    mode: str = ""
+    batch: dict = field(default_factory=lambda: {"enabled": False})
+    files_pending: int = 0
+    requested_provider: str = ""
+    fallback_reason: str = ""
+    generation: str = ""
+    table: str = ""
+    skipped_run: bool = False
+    coverage: float | None = None
+    errors: list[dict] = field(default_factory=list)
+    run_id: str | None = None
+    seconds: float = 0.0
+    finished_at: str = ""
+
+    @classmethod
+    def of(cls, settings: Settings, results: RunResults, *, run_id: str | None, seconds: float) -> RunSummary:
+        d = results.discover or DiscoverCounts()
+        c = results.chunk or ChunkCounts()
+        e = results.embed or EmbedCounts()
+        info = results.embed_info or EmbedInfo(requested_provider=settings.provider)
+        w = results.write or WriteStats()
+        return cls(
+            files_seen=d.files_seen,
+            files_changed=d.files_changed,
+            files_deleted=d.files_deleted,
+            files_repaired=d.files_repaired,
+            chunks_total=c.chunks,
+            chunks_embedded=e.embedded,
+            chunks_cached=e.cached,
+            tokens_embedded=info.tokens_total,
+            est_cost_usd=info.est_cost_usd,
+            rows_written=w.rows_written,
+            rows_deleted=w.rows_deleted,
+            table_rows=w.table_rows,
+            provider=info.provider,
+            model=info.model,
+            dims=info.dims,
+            mode=info.mode,
+            batch=e.batch or {"enabled": False},
+            files_pending=w.files_pending,
+            requested_provider=info.requested_provider,
+            fallback_reason=info.fallback_reason,
+            generation=w.generation,
+            table=w.table,
+            coverage=results.coverage,
+            errors=run_errors(settings, SHARD_KEYS),
+            run_id=run_id,
+            seconds=round(seconds, 3),
+            finished_at=_now(),
+        )
+
+    def with_timing(self, *, run_id: str | None, seconds: float) -> RunSummary:
+        from dataclasses import replace
+
+        return replace(self, run_id=run_id, seconds=round(seconds, 3), finished_at=_now())
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    # Mapping: the JSON shape, for scripts and older callers.
+    def __getitem__(self, key: str) -> Any:
+        if key not in _FIELDS:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_FIELDS)
+
+    def __len__(self) -> int:
+        return len(_FIELDS)
+
+
+_FIELDS = tuple(f.name for f in fields(RunSummary))
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def settled_summary(settings: Settings, ident: EmbeddingIdentity) -> RunSummary | None:
+    """The summary of a no-op run when nothing changed since the last one, else None.
+
+    Cheap: one stat walk and the small per-shard manifests and states; no model load, no
+    Dagster. "Settled" means every file's stat matches the last manifest, every indexable
+    file is committed to the table with the current chunking and model fingerprint (or
+    failed extraction with unchanged content), no deletion is pending, and the table
+    holds what the records say.
+    """
+    data = storage.of(settings)
+    fp = fingerprint(settings, ident)
+    if any(not s.path.is_dir() for s in settings.sources):
+        return None
+    if shard_fingerprints(settings) != manifest_fingerprints(settings, SHARD_KEYS):
+        return None
+    files_seen = 0
+    for shard in SHARD_KEYS:
+        manifest = data.read("source_files", shard, MANIFEST_SCHEMA).to_pylist()
+        state = {r["doc_id"]: r for r in data.read("memory_vectors", shard, INDEXED_STATE_SCHEMA, ".state").to_pylist()}
+        status = data.read("extracted_content", shard, EXTRACTION_STATUS_SCHEMA, ".status").to_pylist()
+        failed = {r["doc_id"] for r in status if r["status"] == "failed"}
+        files_seen += len(manifest)
+        present = set()
+        for row in manifest:
+            if row["status"] == "skipped":
+                continue
+            present.add(row["doc_id"])
+            if row["status"] == "ok" and not committed(row, state.get(row["doc_id"]), fp) and row["doc_id"] not in failed:
+                return None
+        if set(state) - present:
+            return None
+    # The records say all is done: make sure the table agrees (a deleted or restored table is not settled).
+    check = check_table(settings, ident, SHARD_KEYS)
+    if not check.ok:
+        return None
+    return RunSummary(
+        files_seen=files_seen,
+        table_rows=check.table_rows,
+        provider=ident.provider,
+        model=ident.model,
+        dims=ident.dims,
+        mode="vector+fts" if ident.dims else "fts-only",
+        requested_provider=settings.provider,
+        skipped_run=True,
+        errors=run_errors(settings, SHARD_KEYS),
+    )
+
+
+__all__ = ["EmbedInfo", "RunResults", "RunSummary", "run_errors", "settled_summary"]

@@ -1,0 +1,208 @@
+"""Stage 5, ``memory_vectors``: the LanceDB table agents search.
+
+Each changed file's rows are replaced in one commit, deleted files' rows removed, the
+full-text and ANN indices kept current. What the table holds is recorded per shard
+(``memory_vectors/<shard>.state``) only after the commit: a run killed before that is
+simply redone by the next one (rows are keyed by chunk id, vectors come from the cache).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from memory_pipeline import progress, storage
+from memory_pipeline.changes import EmbeddingIdentity, fingerprint
+from memory_pipeline.discovery import MEDIA_MODALITIES, SHARD_KEYS
+from memory_pipeline.models import (
+    CHUNKS_SCHEMA,
+    DELETIONS_SCHEMA,
+    EXTRACTION_STATUS_SCHEMA,
+    INDEXED_STATE_SCHEMA,
+    MANIFEST_SCHEMA,
+    embeddings_schema,
+)
+from memory_pipeline.settings import Settings
+from memory_pipeline.stages.hooks import NO_HOOKS, StageHooks
+from memory_pipeline.stores import generations
+from memory_pipeline.stores.lance import FTS_COLUMN, VectorStore, table_schema
+
+
+@dataclass
+class WriteStats:
+    files_replaced: int = 0
+    files_deleted: int = 0
+    rows_written: int = 0
+    rows_inserted: int = 0
+    rows_updated: int = 0
+    rows_deleted: int = 0
+    commits: int = 0
+    table_rows: int = 0
+    fts: str = ""
+    table: str = ""
+    generation: str = ""  # current | building | switched (the new generation became current)
+    files_pending: int = 0  # files whose vectors are still in a running batch job
+    ann: str = ""  # exact (below ann.min_rows), built, current
+
+
+def write_vectors(
+    settings: Settings,
+    shards: Sequence[str],
+    ident: EmbeddingIdentity,
+    *,
+    recreate: bool = False,
+    force: bool = False,
+    hooks: StageHooks = NO_HOOKS,
+) -> WriteStats:
+    """Replace each changed file's rows in one commit, remove deleted files, keep FTS current.
+
+    A forced run replaces its shards whole, which also repairs what no per-file write
+    can see (duplicated ids, rows of files the index lost track of).
+    """
+    data = storage.of(settings)
+    stats = WriteStats()
+    # A changed model/provider/dims writes a new generation; searches keep the current one meanwhile.
+    table_name, building = generations.write_target(settings, ident.meta())
+    stats.table, stats.generation = table_name, "building" if building else "current"
+    store = VectorStore(data.lancedb_uri, table_name)
+    store.ensure(ident.dims, ident.meta(), recreate=recreate)
+    fp = fingerprint(settings, ident)
+    now = datetime.now(timezone.utc)
+    for done, shard in enumerate(shards, start=1):
+        manifest = {r["doc_id"]: r for r in data.read("source_files", shard, MANIFEST_SCHEMA).to_pylist()}
+        ext_status = data.read("extracted_content", shard, EXTRACTION_STATUS_SCHEMA, ".status").to_pylist()
+        replaced = [r["doc_id"] for r in ext_status if r["status"] == "ok"]
+        deleted = data.read("source_files", shard, DELETIONS_SCHEMA, ".deletions").column("doc_id").to_pylist()
+        chunks = data.read("memory_chunks", shard, CHUNKS_SCHEMA)
+        waiting = _docs_waiting_for_vectors(data, shard, chunks, ident)
+        if waiting:
+            # Their vectors are in a batch job still running: they keep their current rows until it is in.
+            chunks = chunks.filter(pc.invert(pc.is_in(chunks.column("doc_id"), pa.array(sorted(waiting)))))
+            replaced = [d for d in replaced if d not in waiting]
+            stats.files_pending += len(waiting)
+        rows = table_rows(chunks, settings, shard, ident, now)
+        whole = force and not waiting
+        counts = store.replace_shard(rows, shard) if whole else store.replace_docs(rows, replaced + deleted)
+        hooks.at("write_after_first_commit")
+        stats.files_replaced += len(replaced)
+        stats.files_deleted += len(deleted)
+        stats.rows_inserted += counts.inserted
+        stats.rows_updated += counts.updated
+        stats.rows_written += counts.inserted + counts.updated
+        stats.rows_deleted += counts.deleted
+        stats.commits += counts.commits
+        # Record what the table now holds, only after the commit succeeded.
+        state = {} if whole else {r["doc_id"]: r for r in data.read("memory_vectors", shard, INDEXED_STATE_SCHEMA, ".state").to_pylist()}
+        for d in deleted:
+            state.pop(d, None)
+        per_doc: dict[str, int] = defaultdict(int)
+        for d in chunks.column("doc_id").to_pylist():
+            per_doc[d] += 1
+        for d in replaced:
+            state[d] = {"doc_id": d, "sha256": manifest[d]["sha256"], "fingerprint": fp, "chunks": per_doc.get(d, 0)}
+        data.write_rows(sorted(state.values(), key=lambda r: r["doc_id"]), INDEXED_STATE_SCHEMA, "memory_vectors", shard, ".state")
+        progress.report("write", done, len(shards), "partitions")
+    if stats.commits or force:
+        stats.fts = store.ensure_fts(settings.fts, rebuild=force).get("fts", "")
+        stats.ann = store.ensure_ann(settings.ann).get("ann", "")
+    else:
+        stats.fts = "unchanged"
+        stats.ann = "unchanged"
+    stats.table_rows = store.count_rows()
+    if building and build_complete(settings, fp):
+        generations.switch(settings, table_name)
+        stats.generation = "switched"
+    return stats
+
+
+def build_complete(settings: Settings, fp: str) -> bool:
+    """Every indexable file of every shard is in the table of fingerprint ``fp`` (or failed to extract)."""
+    data = storage.of(settings)
+    for shard in SHARD_KEYS:
+        state = {r["doc_id"]: r["fingerprint"] for r in data.read("memory_vectors", shard, INDEXED_STATE_SCHEMA, ".state").to_pylist()}
+        status = data.read("extracted_content", shard, EXTRACTION_STATUS_SCHEMA, ".status").to_pylist()
+        failed = {r["doc_id"] for r in status if r["status"] == "failed"}
+        for row in data.read("source_files", shard, MANIFEST_SCHEMA).to_pylist():
+            if row["status"] == "ok" and state.get(row["doc_id"]) != fp and row["doc_id"] not in failed:
+                return False
+    return True
+
+
+def reset_index_state(settings: Settings) -> None:
+    """Forget what the table holds (it is being rebuilt), so every shard re-indexes."""
+    storage.of(settings).drop("memory_vectors", ".state")
+
+
+def _docs_waiting_for_vectors(data: storage.DataStore, shard: str, chunks: pa.Table, ident: EmbeddingIdentity) -> set[str]:
+    """Files of the shard with a chunk that has no vector yet (a ``wait: false`` batch still running)."""
+    if ident.dims <= 0 or chunks.num_rows == 0:
+        return set()
+    path = data.asset("chunk_embeddings", shard)
+    have = set(pq.read_table(path, columns=["content_hash"]).column("content_hash").to_pylist()) if path.is_file() else set()
+    return {d for d, h in zip(chunks.column("doc_id").to_pylist(), chunks.column("content_hash").to_pylist()) if h not in have}
+
+
+def _search_text(heading: str, text: str, path: str) -> str:
+    # The file name is searchable too: people remember "the note from 2026-11-02".
+    stem = os.path.splitext(os.path.basename(path))[0].replace("-", " ").replace("_", " ")
+    return "\n".join(p for p in (heading, text, stem) if p)
+
+
+def _media_type(modality: str) -> str | None:
+    if modality not in MEDIA_MODALITIES:
+        return None
+    return modality if modality in ("image", "audio", "video") else "document"
+
+
+def table_rows(chunks: pa.Table, settings: Settings, shard: str, ident: EmbeddingIdentity, now: datetime) -> pa.Table:
+    """The table rows of a shard's chunks, with their vectors from ``chunk_embeddings``."""
+    schema = table_schema(ident.dims, ident.meta())
+    if chunks.num_rows == 0:
+        return schema.empty_table()
+    n = chunks.num_rows
+    src_roots = {s.name: s.path for s in settings.sources}
+    c = chunks.to_pydict()
+    cols = {
+        "chunk_id": c["chunk_id"],
+        "doc_id": c["doc_id"],
+        "source": c["source"],
+        "path": c["path"],
+        "shard": c["shard"],
+        "chunk_index": c["chunk_index"],
+        "heading": c["heading"],
+        "text": c["text"],
+        FTS_COLUMN: [_search_text(h, t, p) for h, t, p in zip(c["heading"], c["text"], c["path"])],
+        "content_hash": c["content_hash"],
+        "line_start": c["line_start"],
+        "line_end": c["line_end"],
+        "locator": c["locator"],
+        "tokens": c["tokens"],
+        "modality": c["modality"],
+        "mime_type": c["mime_type"],
+        "memory_type": ["media" if m in MEDIA_MODALITIES else "text" for m in c["modality"]],
+        "media_type": [_media_type(m) for m in c["modality"]],
+        "original_file_path": [str(src_roots[s] / p) for s, p in zip(c["source"], c["path"])],
+        "file_sha256": c["file_sha256"],
+        "created_at": [datetime.fromtimestamp(m / 1e9, timezone.utc) for m in c["file_mtime_ns"]],
+        "indexed_at": [now] * n,
+        "embedding_model": [ident.model] * n,
+    }
+    if ident.dims > 0:
+        emb = pq.read_table(storage.of(settings).asset("chunk_embeddings", shard), schema=embeddings_schema(ident.dims))
+        index = {h: i for i, h in enumerate(emb.column("content_hash").to_pylist())}
+        flat = emb.column("vector").combine_chunks().flatten().to_numpy(zero_copy_only=False).reshape(-1, ident.dims)
+        take = np.array([index[h] for h in c["content_hash"]], dtype=np.int64)
+        vecs = flat[take].astype(np.float32)
+        cols["vector"] = pa.FixedSizeListArray.from_arrays(pa.array(vecs.reshape(-1), type=pa.float32()), ident.dims)
+    return pa.table(cols, schema=schema)
+
+
+__all__ = ["WriteStats", "build_complete", "reset_index_state", "table_rows", "write_vectors"]

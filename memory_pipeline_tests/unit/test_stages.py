@@ -1,0 +1,195 @@
+"""The stages called directly, as plain functions, with a deterministic test embedder: no Dagster, no model."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from memory_pipeline import storage
+from memory_pipeline.changes import EmbeddingIdentity, fingerprint, manifest_fingerprints, shard_fingerprints
+from memory_pipeline.discovery import SHARD_KEYS, assess, walk_all
+from memory_pipeline.models import INDEXED_STATE_SCHEMA, MANIFEST_SCHEMA
+from memory_pipeline.providers.registry import ResolvedProvider
+from memory_pipeline.settings import load_settings
+from memory_pipeline.stages import (
+    NO_HOOKS,
+    RunResults,
+    RunSummary,
+    StageHooks,
+    discover,
+    embed_chunks,
+    extract_content,
+    make_chunks,
+    run_errors,
+    settled_summary,
+    write_vectors,
+)
+from memory_pipeline_tests.conftest import write_config
+from memory_pipeline_tests.embedder import HashEmbedder
+from memory_pipeline_tests.helpers import table_rows
+
+SHARDS = list(SHARD_KEYS)
+
+
+@pytest.fixture
+def memory(tmp_path: Path):
+    mem = tmp_path / "mem"
+    (mem / "notes").mkdir(parents=True)
+    (mem / "notes" / "a.md").write_text("# Garden\n\nPlanted tomatoes and basil by the fence.\n")
+    (mem / "notes" / "b.md").write_text("# Trip\n\nBooked the train to Lisbon for the retreat.\n")
+    (mem / "notes" / "c.txt").write_text("Ordered a new bike chain.\n")
+    (mem / "blob.bin").write_bytes(b"\x7fELF" + os.urandom(64))
+    settings = load_settings(write_config(tmp_path / "memory_pipeline.yaml"))
+    embedder = HashEmbedder()
+    ident = EmbeddingIdentity.of(ResolvedProvider("test", embedder))
+    return mem, settings, embedder, ident
+
+
+def _run(settings, embedder, ident, *, force=False, hooks: StageHooks = NO_HOOKS) -> RunResults:
+    results = RunResults()
+    results.discover = discover(settings, SHARDS, force=force, fp=fingerprint(settings, ident), ident=ident)
+    results.extract = extract_content(settings, SHARDS)
+    results.chunk = make_chunks(settings, SHARDS, embedder, ident)
+    results.embed = embed_chunks(settings, SHARDS, embedder, ident, hooks=hooks)
+    results.write = write_vectors(settings, SHARDS, ident, force=force, hooks=hooks)
+    return results
+
+
+def test_each_stage_returns_its_counts_and_a_second_run_does_nothing(memory):
+    mem, settings, embedder, ident = memory
+    first = _run(settings, embedder, ident)
+    assert first.discover.files_seen == 4 and first.discover.files_changed == 3 and first.discover.files_skipped == 1
+    assert first.extract.extracted == 3 and first.extract.failed == 0
+    assert first.chunk.files == 3 and first.chunk.chunks >= 3
+    assert first.embed.embedded == first.embed.unique and first.embed.cached == 0
+    assert first.write.rows_written == first.chunk.chunks == first.write.table_rows
+    assert {r["path"] for r in table_rows(settings.data_dir)} == {"notes/a.md", "notes/b.md", "notes/c.txt"}
+
+    again = _run(settings, embedder, ident)
+    assert again.discover.files_changed == 0 and again.discover.files_unchanged == 3
+    assert again.extract.files == 0 and again.embed.chunks == 0 and again.write.rows_written == 0
+    assert settled_summary(settings, ident) is not None  # the no-op check agrees
+
+
+def test_a_change_and_a_delete_touch_only_their_files(memory):
+    mem, settings, embedder, ident = memory
+    _run(settings, embedder, ident)
+    time.sleep(0.01)
+    (mem / "notes" / "a.md").write_text("# Garden\n\nPlanted tomatoes, basil and chives by the fence.\n")
+    (mem / "notes" / "c.txt").unlink()
+    assert settled_summary(settings, ident) is None
+    run = _run(settings, embedder, ident)
+    assert run.discover.files_changed == 1 and run.discover.files_deleted == 1
+    assert run.write.files_replaced == 1 and run.write.files_deleted == 1
+    paths = [r["path"] for r in table_rows(settings.data_dir, columns=("path", "text"))]
+    assert "notes/c.txt" not in paths and paths.count("notes/b.md") >= 1
+    assert any("chives" in r["text"] for r in table_rows(settings.data_dir, columns=("path", "text")))
+
+
+def test_vectors_come_from_the_cache_after_a_forced_run(memory):
+    mem, settings, embedder, ident = memory
+    _run(settings, embedder, ident)
+    calls = len(embedder.calls)
+    forced = _run(settings, embedder, ident, force=True)
+    assert forced.discover.files_changed == 3
+    assert forced.embed.cached == forced.embed.unique and forced.embed.embedded == 0
+    assert len(embedder.calls) == calls  # nothing sent to the embedder again
+
+
+def test_embedding_is_sliced_by_the_injected_hooks(memory):
+    mem, settings, embedder, ident = memory
+    for i in range(20):
+        (mem / "notes" / f"n{i}.md").write_text(f"# Note {i}\n\nItem number {i} in the list of things.\n")
+    passed: list[str] = []
+
+    class Recording(StageHooks):
+        def at(self, point: str) -> None:
+            passed.append(point)
+
+    _run(settings, embedder, ident, hooks=Recording(embed_slice=5))
+    assert embedder.calls and max(embedder.calls) <= 5
+    assert passed.count("embed_after_first_batch") == len(embedder.calls)
+    assert "write_after_first_commit" in passed
+
+
+def test_a_run_stopped_after_a_commit_is_completed_by_the_next(memory):
+    mem, settings, embedder, ident = memory
+
+    class Stop(Exception):
+        pass
+
+    class StopAfterCommit(StageHooks):
+        def at(self, point: str) -> None:
+            if point == "write_after_first_commit":
+                raise Stop
+
+    with pytest.raises(Stop):
+        _run(settings, embedder, ident, hooks=StopAfterCommit())
+    # The commit happened, its record did not: the next run redoes that file, never duplicates it.
+    run = _run(settings, embedder, ident)
+    rows = table_rows(settings.data_dir, columns=("chunk_id", "path"))
+    assert len(rows) == len({r["chunk_id"] for r in rows}) == run.write.table_rows
+    assert {r["path"] for r in rows} == {"notes/a.md", "notes/b.md", "notes/c.txt"}
+
+
+def test_the_summary_is_built_from_the_stage_results(memory):
+    mem, settings, embedder, ident = memory
+    results = _run(settings, embedder, ident)
+    results.coverage = 0.75
+    summary = RunSummary.of(settings, results, run_id="r1", seconds=1.23456)
+    assert summary.files_changed == 3 and summary.chunks_total == results.chunk.chunks
+    assert summary.rows_written == results.write.rows_written and summary.table_rows == results.write.table_rows
+    assert summary.coverage == 0.75 and summary.seconds == 1.235 and summary.run_id == "r1"
+    assert [e["path"] for e in summary.errors] == [str(mem / "blob.bin")]
+    # Read as a mapping: the keys and values of `index --json`.
+    assert summary["files_changed"] == 3 and dict(summary) == summary.as_dict()
+    assert run_errors(settings, SHARDS) == summary.errors
+
+
+def test_scan_and_index_classify_every_file_the_same(memory):
+    mem, settings, embedder, ident = memory
+    (mem / "notes" / "fake.md").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 32)  # a PNG named .md
+    (mem / "empty.md").write_text("")
+    discover(settings, SHARDS, force=False, fp=fingerprint(settings, ident), ident=None)
+    data = storage.of(settings)
+    indexed = {r["abs_path"]: (r["status"], r["reason"], r["modality"]) for s in SHARDS for r in data.read("source_files", s, MANIFEST_SCHEMA).to_pylist()}
+    scanned = {}
+    for f in walk_all(settings):
+        facts = assess(f, settings, read_content=False)
+        scanned[f.abs_path] = (facts.status, facts.reason, facts.modality)
+    assert scanned == indexed
+    assert indexed[str(mem / "notes" / "fake.md")][0] == "failed"
+
+
+def test_the_walk_status_is_stored_so_the_sensor_digest_needs_no_reason_text(memory):
+    mem, settings, embedder, ident = memory
+    (mem / "big.md").write_text("x" * 100)
+    settings = load_settings(write_config(settings.config_path, limits={"max_file_bytes": 50}))
+    discover(settings, SHARDS, force=False, fp=fingerprint(settings, ident), ident=None)
+    rows = [r for s in SHARDS for r in storage.of(settings).read("source_files", s, MANIFEST_SCHEMA).to_pylist()]
+    assert {r["path"]: r["walk_status"] for r in rows}["big.md"] == "skipped"
+    assert shard_fingerprints(settings) == manifest_fingerprints(settings, SHARDS)
+
+
+def test_storage_reads_an_older_file_without_a_new_column_and_sets_a_damaged_one_aside(tmp_path: Path):
+    data = storage.DataStore(tmp_path)
+    old_schema = pa.schema([f for f in MANIFEST_SCHEMA if f.name != "walk_status"])
+    row = {f.name: ("x" if pa.types.is_string(f.type) else 1) for f in old_schema}
+    path = data.asset("source_files", "00")
+    path.parent.mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist([row], schema=old_schema), path)
+    table = data.read("source_files", "00", MANIFEST_SCHEMA)
+    assert table.schema == MANIFEST_SCHEMA and table.column("walk_status").to_pylist() == [""]
+
+    state = data.asset("memory_vectors", "00", ".state")
+    state.parent.mkdir(parents=True)
+    state.write_bytes(b"PAR1 not really")
+    assert data.read("memory_vectors", "00", INDEXED_STATE_SCHEMA, ".state").num_rows == 0
+    assert not state.exists() and list(state.parent.glob("00.state.parquet.corrupt-*"))
+    with pytest.raises(ValueError):
+        data.asset("memory_vectors", "00", ".bogus")
