@@ -26,6 +26,7 @@ class Candidate:
     relevance: float = 0.0
     score: float = 0.0
     vector: np.ndarray | None = None
+    st_chunk: float = 0.0  # the chunk's own full-text share (st is its document's)
 
 
 def haystack(row: dict) -> str:
@@ -63,6 +64,11 @@ def relevance(sv: float, st: float, mode: str, vector_weight: float, text_weight
     top = max(vector_weight, text_weight) or 1.0
     ev, et = vector_weight / top, text_weight / top
     return 1.0 - (1.0 - sv) ** ev * (1.0 - min(st, 0.999999)) ** et
+
+
+def abstain(cands: list[Candidate], min_score: float) -> list[Candidate]:
+    """The candidates worth returning: those whose relevance reaches ``min_score``."""
+    return [c for c in cands if c.relevance >= min_score]
 
 
 def recency_factor(day: date, today: date, half_life_days: float) -> float:

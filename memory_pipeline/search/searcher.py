@@ -21,7 +21,7 @@ from memory_pipeline.errors import ConfigError, FullTextUnavailable, ProviderErr
 from memory_pipeline.providers.registry import query_provider
 from memory_pipeline.search.filters import SearchFilters, file_name_date, note_date
 from memory_pipeline.search.folding import identifier_terms, query_terms
-from memory_pipeline.search.fulltext import fts_rows
+from memory_pipeline.search.fulltext import TextLeg, text_leg
 from memory_pipeline.search.fusion import fusion_for
 from memory_pipeline.search.scoring import (
     Candidate,
@@ -29,9 +29,10 @@ from memory_pipeline.search.scoring import (
     identifier_factor,
     mmr,
     recency_factor,
+    abstain,
     relevance,
-    text_score,
 )
+from memory_pipeline.search.syntax import ParsedQuery, parse_query
 from memory_pipeline.search.snippets import make_snippet
 from memory_pipeline.settings import FUSIONS, Settings, load_settings
 from memory_pipeline.stores import generations
@@ -107,6 +108,7 @@ class MemorySearcher:
         self.provider = query_provider(settings, record) if self.dims else None
         self.has_ann = self.store.vector_index() is not None if self.dims else False
         self._pool: ThreadPoolExecutor | None = None
+        self._rows: int | None = None  # table rows, for the IDF of a word found nowhere
 
     def options(self, **kw) -> QueryOptions:
         """One query's options: the knobs given (None means unset), the rest from ``settings.query``."""
@@ -128,7 +130,7 @@ class MemorySearcher:
 
     def search(self, query: str, opts: QueryOptions) -> list[SearchResult]:
         """The best ``opts.max_results`` results of one query."""
-        terms = query_terms(query)
+        terms = parse_query(query).highlight_terms or query_terms(query)
         return [self._result(c, terms) for c in self.ranked(query, opts)[: opts.max_results]]
 
     def ranked(self, query: str, opts: QueryOptions, *, pool: int | None = None) -> list[Candidate]:
@@ -149,72 +151,92 @@ class MemorySearcher:
         if not query:
             mode = "vector"  # a file without text: its native vector alone
         pool = pool or max(opts.max_results * self.settings.query.candidate_multiplier, MIN_POOL)
+        parsed = parse_query(query)
+        if query and not parsed.clauses and native is None:
+            return []  # punctuation, operators or quotes alone: nothing to look for
         where = opts.filters.where()
         # Chunk vectors are needed to score FTS hits against the query (hybrid) and for MMR.
         want_vectors = self.provider is not None and (mode == "hybrid" or opts.mmr)
         # The full-text leg runs in a second thread while the query is embedded and the vector
         # leg searched (torch and LanceDB release the GIL): hybrid costs the slower leg, not both.
-        fts_future = self._executor().submit(self._fts, query, where, pool, with_vectors=want_vectors) if mode in ("hybrid", "fts") else None
+        fts_future = self._executor().submit(self._fts, parsed, where, pool, with_vectors=want_vectors) if mode in ("hybrid", "fts") else None
         qvec = native
-        if qvec is None and self.provider is not None and mode != "fts":
+        vector_text = parsed.vector_text
+        if qvec is None and self.provider is not None and mode != "fts" and vector_text:
             try:
-                qvec = self.provider.embed_query(query)
+                qvec = self.provider.embed_query(vector_text)
             except ProviderError as err:
                 # The provider is down or refuses: full-text still answers, and says so.
                 if mode == "vector":
                     raise
                 log.warning("the query could not be embedded (%s); answering with full-text search only", err)
                 mode = "fts"
-        terms = query_terms(query)
+        if qvec is None and mode == "hybrid":
+            mode = "fts"  # nothing for the vector leg (a query of excluded words only)
         candidates: dict[str, Candidate] = {}
 
         if mode in ("hybrid", "vector") and qvec is not None:
-            q = ann_query(self.table.search(qvec, vector_column_name="vector").distance_type("cosine"), self.settings.ann)
-            if where:
-                q = q.where(where, prefilter=True)
-            for row in q.select(_COLUMNS + ["vector", "_distance"]).limit(pool).to_list():
+            for row in self._vector_rows(qvec, where, parsed, pool):
                 vec = np.asarray(row.pop("vector"), dtype=np.float32)
                 candidates[row["chunk_id"]] = Candidate(row, sv=max(0.0, 1.0 - float(row["_distance"])), vector=vec)
 
-        fts_full = False
-        min_bm25 = 0.0
+        leg: TextLeg | None = None
         if fts_future is not None:
             try:
-                text_hits = fts_future.result()
+                leg = fts_future.result()
             except FullTextUnavailable as err:
                 log.info("no full-text leg for this query: %s", err)
-                text_hits = []
-            fts_full = len(text_hits) >= pool
-            if text_hits:
-                min_bm25 = min(float(r.get("_score", 0.0)) for r in text_hits)
-            for row in text_hits:
-                bm25 = float(row.get("_score", 0.0))
-                st = text_score(terms, row, bm25)
+                leg = None
+        if leg is not None:
+            for cid, row in leg.rows.items():
                 vec = row.pop("vector", None)
-                existing = candidates.get(row["chunk_id"])
-                if existing is not None:
-                    existing.st = st
-                    continue
-                cand = Candidate(row, st=st)
-                if vec is not None:
-                    cand.vector = np.asarray(vec, dtype=np.float32)
-                    if qvec is not None:
-                        cand.sv = max(0.0, float(np.dot(cand.vector, qvec)))
-                candidates[row["chunk_id"]] = cand
-            if fts_full and mode == "hybrid":
-                # Vector-only candidates outside a full FTS pool: bm25 is at most the pool's lowest.
-                in_fts = {r["chunk_id"] for r in text_hits}
-                for cand in candidates.values():
-                    if cand.st == 0.0 and cand.row["chunk_id"] not in in_fts:
-                        cand.st = text_score(terms, cand.row, min_bm25)
+                existing = candidates.get(cid)
+                if existing is None:
+                    existing = candidates[cid] = Candidate(row)
+                    if vec is not None:
+                        existing.vector = np.asarray(vec, dtype=np.float32)
+                        if qvec is not None:
+                            existing.sv = max(0.0, float(np.dot(existing.vector, qvec)))
+            for cid, cand in candidates.items():
+                doc = cand.row.get("doc_id") or cid
+                if cid in leg.rows:
+                    cand.st = leg.strength(doc)
+                    cand.st_chunk = leg.chunk_strength(cid)
+                elif leg.doc_terms(doc):
+                    cand.st = leg.strength(doc)  # another chunk of its document holds the words
+                else:
+                    cand.st = leg.estimate(haystack(cand.row))
+        elif mode == "fts":
+            return []
 
         cands = list(candidates.values())
-        self._score(cands, mode, opts, identifier_terms(query))
-        cands = [c for c in cands if c.relevance >= opts.min_score]
-        cands.sort(key=lambda c: (-c.score, c.row["path"], c.row["line_start"]))
+        self._score(cands, mode, opts, identifier_terms(vector_text))
+        cands = abstain(cands, opts.min_score)
+        cands.sort(key=lambda c: (-c.score, -c.st_chunk, -c.sv, c.row["path"], c.row["line_start"]))
         if opts.mmr and len(cands) > 1:
-            cands = mmr(cands, terms, opts.mmr_lambda, limit=len(cands))
+            cands = mmr(cands, parsed.highlight_terms, opts.mmr_lambda, limit=len(cands))
         return cands
+
+    def _vector_rows(self, qvec: np.ndarray, where: str | None, parsed: ParsedQuery, pool: int) -> list[dict]:
+        """The vector leg: nearest chunks, within the filters and the query's required/excluded clauses."""
+        constraint = parsed.sql_filter(FTS_COLUMN)
+        full_where = " AND ".join(f"({w})" for w in (where, constraint) if w) or None
+
+        def run(w: str | None) -> list[dict]:
+            q = ann_query(self.table.search(qvec, vector_column_name="vector").distance_type("cosine"), self.settings.ann)
+            if w:
+                q = q.where(w, prefilter=True)
+            return q.select(_COLUMNS + ["vector", "_distance"]).limit(pool).to_list()
+
+        try:
+            rows = run(full_where)
+        except (ValueError, RuntimeError, OSError):
+            if constraint is None:
+                raise
+            rows = run(where)  # a regex LanceDB refuses: checked on the text below instead
+        if constraint is None and not parsed.has_syntax:
+            return rows
+        return [r for r in rows if parsed.accepts(haystack(r))]
 
     def _native_query_vector(self, media: Sequence[tuple[str, str]]) -> np.ndarray | None:
         """The query files' own vector (media bytes embedded natively), when this index has native media vectors."""
@@ -237,9 +259,14 @@ class MemorySearcher:
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memory-fts")
         return self._pool
 
-    def _fts(self, query: str, where: str | None, pool: int, *, with_vectors: bool) -> list[dict]:
-        cols = _COLUMNS + ["_score"] + (["vector"] if with_vectors else [])
-        return fts_rows(self.table, query, column=FTS_COLUMN, where=where, limit=pool, columns=cols)
+    def _fts(self, parsed: ParsedQuery, where: str | None, pool: int, *, with_vectors: bool) -> TextLeg:
+        cols = _COLUMNS + (["vector"] if with_vectors else [])
+        if self._rows is None:
+            self._rows = self.table.count_rows()
+        return text_leg(
+            self.table, parsed, column=FTS_COLUMN, where=where, limit=pool, columns=cols,
+            folded_text=haystack, total_rows=self._rows,
+        )  # fmt: skip
 
     def _score(self, cands: list[Candidate], mode: str, opts: QueryOptions, ids: list[str]) -> None:
         q = self.settings.query

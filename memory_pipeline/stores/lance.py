@@ -231,12 +231,15 @@ class VectorStore:
             return {}
         indices = {idx.name: idx for idx in table.list_indices()}
         name = f"{FTS_COLUMN}_idx"
-        if name not in indices or rebuild:
+        # An index built without token positions cannot answer quoted phrases: rebuild it once.
+        positions = name not in indices or bool((getattr(indices[name], "index_details", None) or {}).get("with_position", False))
+        if name not in indices or rebuild or not positions:
             if table.count_rows() == 0:
                 return {"fts": "empty"}
             table.create_index(
                 FTS_COLUMN,
                 config=FTS(
+                    with_position=True,  # phrase queries ("duty manager") need token positions
                     base_tokenizer="icu",
                     language=getattr(fts, "language", "English"),
                     stem=getattr(fts, "stem", True),

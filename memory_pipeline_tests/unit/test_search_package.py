@@ -61,18 +61,41 @@ def test_rrf_fusion(wv: float, wt: float, legs: list[tuple[float, float]], expec
         assert 0.0 <= g <= 1.0
 
 
+def _phi(z: float) -> float:
+    return 0.5 * (1 + math.erf(z / math.sqrt(2)))
+
+
 @pytest.mark.parametrize(
-    "cands",
-    [[], [_C(0.9, 0.1, 0.8)], [_C(0.0, 0.7, 0.2), _C(0.9, 0.0, 0.61), _C(0.3, 0.3, 0.0)]],
+    "wv, wt, legs, expected",
+    [
+        pytest.param(0.5, 0.5, [], [], id="empty"),
+        pytest.param(0.5, 0.5, [(0.9, 0.1)], [0.5], id="one-candidate-is-average"),
+        # sv z-scores (-1, 1), st z-scores (1, -1): equal weights cancel, the vector leg decides at 0.7.
+        pytest.param(0.5, 0.5, [(0.2, 0.8), (0.4, 0.1)], [0.5, 0.5], id="equal-weights-cancel"),
+        pytest.param(0.7, 0.3, [(0.2, 0.8), (0.4, 0.1)], [_phi(-0.4), _phi(0.4)], id="hand-computed"),
+        pytest.param(0.5, 0.5, [(0.3, 0.0), (0.3, 0.6)], [_phi(-0.5), _phi(0.5)], id="a-flat-leg-does-not-vote"),
+        pytest.param(0.0, 0.0, [(0.3, 0.1)], [0.0], id="zero-weights"),
+    ],
 )
-def test_weighted_fusion_orders_by_relevance(cands: list[_C]):
-    assert WeightedFusion().scores(cands) == [c.relevance for c in cands]
+def test_weighted_fusion_standardizes_each_leg(wv, wt, legs, expected):
+    got = WeightedFusion(vector_weight=wv, text_weight=wt).scores([_C(sv, st_) for sv, st_ in legs])
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected):
+        assert math.isclose(g, e, abs_tol=1e-12), (got, expected)
+    assert all(0.0 <= g <= 1.0 for g in got)
+
+
+def test_weighted_fusion_is_scale_free():
+    """Multiplying a leg's scores (another model's cosine range) does not change the order."""
+    cands = [_C(0.31, 0.2), _C(0.35, 0.9), _C(0.28, 0.5), _C(0.40, 0.0)]
+    scaled = [_C(c.sv * 2.2, c.st) for c in cands]
+    assert WeightedFusion().scores(cands) == pytest.approx(WeightedFusion().scores(scaled))
 
 
 @pytest.mark.parametrize(
     "name, query, expected",
     [
-        ("weighted", QueryConfig(), WeightedFusion()),
+        ("weighted", QueryConfig(), WeightedFusion(vector_weight=QueryConfig().vector_weight, text_weight=QueryConfig().text_weight)),
         ("rrf", QueryConfig(), RRFFusion(vector_weight=0.7, text_weight=0.3, k=60)),
         ("rrf", QueryConfig(vector_weight=0.2, text_weight=0.8, rrf_k=5), RRFFusion(vector_weight=0.2, text_weight=0.8, k=5)),
     ],

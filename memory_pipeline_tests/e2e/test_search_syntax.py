@@ -1,0 +1,125 @@
+"""Full-text query syntax on a real index (issue 13): phrases, prefixes, OR, AND, NOT/-term, in fts
+and hybrid mode; odd syntax never raises (hypothesis); document-level full-text evidence."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings as hsettings
+from hypothesis import strategies as st
+
+from memory_pipeline.runner import run_index
+from memory_pipeline.search import MemorySearcher, search
+from memory_pipeline.search.syntax import parse_query
+from memory_pipeline.settings import load_settings
+from memory_pipeline_tests.conftest import write_config
+
+pytestmark = pytest.mark.slow
+
+NOTES = {
+    "roster.md": "# Roster\n\nThe duty manager this week is Horatio.\nPriya covers the night shift.\n",
+    "manager.md": "# Reorg\n\nThe manager of the duty desk changed; nobody noticed.\n",
+    "vectors.md": "# Vector search\n\nWe benchmarked ScaNN against HNSW for the recall experiment.\n",
+    "scanning.md": "# Office\n\nThe office printer is scanning receipts into the expenses folder.\n",
+    "kitchen.md": "# Kitchen\n\nThe coffee machine descaling is due on Friday.\n",
+    "people.md": "# People\n\nHoratio and Priya met to plan the offsite; Horatio booked the venue.\n",
+}
+
+
+def _index(root: Path, provider: str) -> object:
+    mem = root / "mem"
+    mem.mkdir(parents=True)
+    for name, text in NOTES.items():
+        (mem / name).write_text(text)
+    # A long note whose two query words sit in different chunks: its document still wins.
+    filler = "\n".join(f"Line {i} of the appendix lists inventory shelf {i} and its bin labels." for i in range(120))
+    (mem / "long.md").write_text("# Warehouse\n\nThe zebra forklift is parked at dock four.\n" + filler + "\nThe quokka pallet is stacked at dock nine.\n")
+    (mem / "short.md").write_text("# Zoo\n\nA zebra visited.\n")
+    settings = load_settings(write_config(root / "memory_pipeline.yaml", provider=provider, chunking={"tokens": 64, "overlap": 16}))
+    run_index(settings)
+    return settings
+
+
+@pytest.fixture(scope="module")
+def fts_only(tmp_path_factory):
+    return _index(tmp_path_factory.mktemp("syntax-fts"), "none")
+
+
+@pytest.fixture(scope="module")
+def hybrid(tmp_path_factory):
+    return _index(tmp_path_factory.mktemp("syntax-hybrid"), "local")
+
+
+def _names(results) -> list[str]:
+    return [Path(r.path).name for r in results]
+
+
+def _fts(settings, query: str, **kw) -> list[str]:
+    return _names(search(query, settings=settings, mode="fts", min_score=0.0, **kw))
+
+
+def test_quoted_phrase(fts_only):
+    assert _fts(fts_only, '"duty manager"') == ["roster.md"]  # manager.md has both words, not adjacent
+    assert set(_fts(fts_only, "duty manager")) >= {"roster.md", "manager.md"}
+    assert _fts(fts_only, '"manager duty"') == []
+
+
+def test_prefix(fts_only):
+    assert set(_fts(fts_only, "scann*")) == {"vectors.md", "scanning.md"}
+    assert _fts(fts_only, "scann* recall") == ["vectors.md"]
+    assert _fts(fts_only, "descal*") == ["kitchen.md"]
+
+
+def test_or_and_not(fts_only):
+    assert set(_fts(fts_only, "Horatio OR Priya")) == {"roster.md", "people.md"}
+    results = search("Horatio OR Priya", settings=fts_only, mode="fts")  # the default min_score
+    assert results, "an OR of two names is a full answer, not a weak partial match"
+    assert _fts(fts_only, "Horatio AND venue") == ["people.md"]
+    assert _fts(fts_only, "Horatio -venue") == ["roster.md"]
+    assert _fts(fts_only, "Horatio NOT venue") == ["roster.md"]
+    assert _fts(fts_only, 'Horatio -"booked the venue"') == ["roster.md"]
+    assert _fts(fts_only, "NOT Horatio") == []  # nothing positive asked for
+
+
+@pytest.mark.parametrize("query", ['"unbalanced duty', "duty AND", "OR", "NOT", "*", "-", '"', '""', "( )", "a:b", "\\", "***x", "-\"", "AND OR NOT"])
+def test_odd_syntax_never_errors(fts_only, hybrid, query: str):
+    for settings in (fts_only, hybrid):
+        for mode in ("fts", "hybrid") if settings is hybrid else ("fts",):
+            assert isinstance(search(query, settings=settings, mode=mode, min_score=0.0), list)
+
+
+def test_unbalanced_quote_runs_to_the_end(fts_only):
+    assert _fts(fts_only, '"duty manager') == ["roster.md"]
+
+
+@hsettings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.text(alphabet=st.sampled_from(list('ab "*-()ORANDNOT:\\\'_.é团')), max_size=24))
+def test_any_query_string_parses_and_searches(fts_only, query: str):
+    parsed = parse_query(query)
+    assert isinstance(parsed.vector_text, str)
+    assert isinstance(search(query, settings=fts_only, mode="fts", min_score=0.0), list)
+
+
+def test_hybrid_syntax_shapes_the_text_leg_and_words_go_to_the_vector_leg(hybrid):
+    assert parse_query('"duty manager" -Priya').vector_text == "duty manager"
+    names = _names(search('"duty manager"', settings=hybrid, min_score=0.0))
+    assert names[0] == "roster.md" and "manager.md" not in names  # the phrase is required in hybrid too
+    assert "roster.md" not in _names(search("Horatio -Priya", settings=hybrid, min_score=0.0))
+    first = search('"duty manager"', settings=hybrid, min_score=0.0)[0]
+    assert first.text_score > 0.5  # quotes no longer zero the text leg
+
+
+def test_document_evidence_is_not_diluted_by_chunking(fts_only):
+    # zebra and quokka are chunks apart in long.md; short.md holds zebra alone in a tiny chunk.
+    results = search("zebra quokka", settings=fts_only, mode="fts", min_score=0.0)
+    assert _names(results)[0] == "long.md"
+    top = results[0]
+    assert "zebra" in top.snippet.lower() or "quokka" in top.snippet.lower()  # the best chunk, its lines
+    assert top.line_start >= 1 and top.line_end >= top.line_start
+
+
+def test_searcher_answers_syntax_through_the_python_api(fts_only):
+    searcher = MemorySearcher(fts_only)
+    opts = searcher.options(mode="fts", min_score=0.0, max_results=5)
+    assert [Path(r.path).name for r in searcher.search("scann* -printer", opts)] == ["vectors.md"]
