@@ -153,10 +153,11 @@ def _assign(raw: dict, parts: list[Part], value: Any, key: str) -> None:
             raise SettingRefused(f"{_render(parts[:i])} is not a mapping, so it has no {part!r}", key=key)
         elif not last and node.get(part) is None:  # a missing (or empty) section is created
             node[part] = {}
+        container: Any = node  # a list (int part) or a dict (str part), as checked above
         if last:
-            node[part] = value
+            container[part] = value
         else:
-            node = node[part]
+            node = container[part]
 
 
 def _render(parts: list[Part]) -> str:

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from memory_pipeline.errors import ConfigError
 from memory_pipeline.settings import (
