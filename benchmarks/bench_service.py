@@ -1,0 +1,201 @@
+#!/usr/bin/env python
+"""Load benchmark of `memory serve` (loopback only, bounded in time).
+
+    .venv/bin/python benchmarks/bench_service.py --out benchmarks/results-service.json [--notes 400] [--seconds 60]
+
+1. Builds a synthetic memory folder (``--notes`` notes of several sections each, fixed seed) and
+   indexes it with `memory index` (the local model: real embeddings).
+2. Starts `memory serve --port 0` in a subprocess and waits for /readyz.
+3. Concurrency 1: one client searches for ``--c1-seconds`` (query embedding included).
+4. Concurrency 16: 16 clients search for ``--seconds`` while another client ingests documents
+   through /api/agentos/rag/multimodal/documents/ingest and a `memory index` runs over new notes.
+5. ``--cli-runs`` fresh `memory search` processes with the server up (the light path).
+
+Reports errors, p50/p95/p99 and searches/s per phase, and the CLI p50; writes JSON to ``--out``.
+Targets (issue 14, 2 cores, 100k chunks): p50 <= 30 ms and p99 <= 150 ms at c=1; >= 50 searches/s at
+c=16; CLI p50 <= 300 ms. Clients run in this process (threads), on the same cores as the server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import httpx
+
+WORDS = ("courier route warehouse scanner invoice receipt standup deploy rollback database vector search model budget "
+         "finance travel lisbon rotterdam harbour crane inspection pilot review async pager oncall incident latency "
+         "throughput dashboard roadmap optimizer mobile app payment gateway refund customer support ticket escalation "
+         "contract penalty agreement quarterly revenue target hiring interview onboarding laptop security audit").split()  # fmt: skip
+NAMES = ["Dana", "Ravi", "Mei", "Tomasz", "Aisha", "Lars", "Inés", "Kofi"]
+
+
+def env() -> dict:
+    e = {k: v for k, v in os.environ.items() if k not in ("MEMORY_PIPELINE_CONFIG", "MEMORY_PIPELINE_TOKEN")}
+    e.update(HF_HUB_OFFLINE="1", DAGSTER_DISABLE_TELEMETRY="1", TOKENIZERS_PARALLELISM="false")
+    return e
+
+
+def memory(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "memory_pipeline.cli", *args], cwd=cwd, env=env(), capture_output=True, text=True)
+
+
+def sentence(rng: random.Random) -> str:
+    return f"{rng.choice(NAMES)} " + " ".join(rng.choice(WORDS) for _ in range(rng.randint(8, 16))) + f" PAY-{rng.randint(1000, 9999)}."
+
+
+def write_notes(mem: Path, n: int, rng: random.Random, prefix: str = "") -> None:
+    for i in range(n):
+        day = f"2026-{1 + i % 12:02d}-{1 + i % 28:02d}"
+        sections = "\n\n".join(f"## {rng.choice(WORDS).title()} {j}\n" + " ".join(sentence(rng) for _ in range(rng.randint(6, 12)))
+                               for j in range(rng.randint(3, 6)))  # fmt: skip
+        (mem / f"{prefix}{day}-{i:05d}.md").write_text(f"# Note {i}\n\n{sections}\n")
+
+
+def pct(values: list[float], p: float) -> float | None:
+    if not values:
+        return None
+    s = sorted(values)
+    return round(s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))] * 1000, 1)
+
+
+def summary(lat: list[float], errors: int, seconds: float) -> dict:
+    return {"searches": len(lat), "errors": errors, "seconds": round(seconds, 1), "p50_ms": pct(lat, 50), "p95_ms": pct(lat, 95),
+            "p99_ms": pct(lat, 99), "searches_per_s": round(len(lat) / seconds, 1) if seconds else None}  # fmt: skip
+
+
+def run_clients(url: str, queries: list[str], clients: int, seconds: float) -> dict:
+    lat: list[float] = []
+    errors = [0]
+    lock = threading.Lock()
+    deadline = time.monotonic() + seconds
+
+    def client(k: int) -> None:
+        rng = random.Random(k)
+        with httpx.Client(base_url=url, timeout=60) as http:
+            while time.monotonic() < deadline:
+                q = rng.choice(queries)
+                t = time.perf_counter()
+                try:
+                    ok = http.post("/api/memory/search", json={"query": q}).status_code == 200
+                except httpx.HTTPError:
+                    ok = False
+                dt = time.perf_counter() - t
+                with lock:
+                    (lat.append(dt) if ok else None)
+                    errors[0] += 0 if ok else 1
+
+    start = time.monotonic()
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return summary(lat, errors[0], time.monotonic() - start)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="benchmarks/results-service.json")
+    ap.add_argument("--notes", type=int, default=400)
+    ap.add_argument("--seconds", type=float, default=60)
+    ap.add_argument("--c1-seconds", type=float, default=15)
+    ap.add_argument("--cli-runs", type=int, default=10)
+    args = ap.parse_args()
+    rng = random.Random(14)
+    queries = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 5))) for _ in range(200)]
+    out: dict = {"started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": platform.machine(),
+                 "cpus": os.cpu_count(), "notes": args.notes}  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="bench-service-") as tmp:
+        root = Path(tmp)
+        mem = root / "mem"
+        mem.mkdir()
+        write_notes(mem, args.notes, rng)
+        cfg = root / "memory_pipeline.yaml"
+        cfg.write_text(f"data_dir: index\nsources: [{{name: mem, path: mem}}]\nprovider: local\n")
+        t = time.perf_counter()
+        done = memory("index", "--config", str(cfg), "--json", cwd=root)
+        if done.returncode != 0:
+            print(done.stderr, file=sys.stderr)
+            return 1
+        index = json.loads(done.stdout)
+        out["index"] = {"seconds": round(time.perf_counter() - t, 1), "chunks": index["table_rows"]}
+        print(f"indexed {args.notes} notes: {index['table_rows']} chunks in {out['index']['seconds']} s", flush=True)
+        log = open(root / "serve.log", "w")
+        server = subprocess.Popen([sys.executable, "-m", "memory_pipeline.cli", "serve", "--config", str(cfg), "--port", "0"],
+                                  cwd=root, env=env(), stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+        try:
+            record_path = root / "index" / "server.json"
+            while not record_path.is_file():
+                if server.poll() is not None:
+                    raise SystemExit("memory serve exited: " + (root / "serve.log").read_text())
+                time.sleep(0.1)
+            url = json.loads(record_path.read_text())["url"]
+            t = time.perf_counter()
+            while httpx.get(f"{url}/readyz").status_code != 200:
+                time.sleep(0.2)
+            out["server_ready_seconds"] = round(time.perf_counter() - t, 1)
+            run_clients(url, queries[:20], 1, 3)  # warm-up
+            out["c1"] = run_clients(url, queries, 1, args.c1_seconds)
+            print("c=1", out["c1"], flush=True)
+
+            # c=16 while an ingest client and a `memory index` write.
+            stop = threading.Event()
+            ingest = {"ingested": 0, "errors": 0}
+
+            def ingester() -> None:
+                k = 0
+                with httpx.Client(base_url=url, timeout=600) as http:
+                    while not stop.is_set():
+                        body = (" ".join(sentence(rng) for _ in range(20)) + f" bench-{k}\n").encode()
+                        resp = http.post("/api/agentos/rag/multimodal/documents/ingest", files={"document": (f"bench-{k}.txt", body, "text/plain")})
+                        ingest["ingested" if resp.status_code == 200 else "errors"] += 1
+                        k += 1
+
+            write_notes(mem, max(20, args.notes // 10), random.Random(99), prefix="new-")
+            writer = threading.Thread(target=ingester)
+            writer.start()
+            t_index = time.perf_counter()
+            indexer = subprocess.Popen([sys.executable, "-m", "memory_pipeline.cli", "index", "--config", str(cfg), "--quiet"],
+                                       cwd=root, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
+            out["c16"] = run_clients(url, queries, 16, args.seconds)
+            stop.set()
+            writer.join()
+            _, index_err = indexer.communicate()
+            out["c16"]["concurrent_ingest"] = ingest
+            out["c16"]["concurrent_index"] = {"exit": indexer.returncode, "seconds": round(time.perf_counter() - t_index, 1), "stderr": index_err[-300:]}
+            print("c=16", out["c16"], flush=True)
+
+            cli = []
+            for q in queries[: args.cli_runs]:
+                t = time.perf_counter()
+                r = memory("search", "--config", str(cfg), q, "--json", cwd=root)
+                cli.append(time.perf_counter() - t)
+                if r.returncode != 0:
+                    out.setdefault("cli_errors", []).append(r.stderr[-200:])
+            out["cli_fresh_process"] = {"runs": len(cli), "p50_ms": pct(cli, 50), "max_ms": round(max(cli) * 1000, 1)}
+            print("cli", out["cli_fresh_process"], flush=True)
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+            log.close()
+    out["load_average"] = os.getloadavg()
+    out["targets"] = {"c1_p50_ms": 30, "c1_p99_ms": 150, "c16_searches_per_s": 50, "cli_p50_ms": 300, "chunks": 100000}
+    Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
