@@ -52,6 +52,9 @@ def cmd_index(args) -> int:
     finally:
         progress.set_listener(None)
     _refresh_runs(settings)
+    if summary["mode"] == "fts-only" and summary["requested_provider"] != "none":
+        reason = summary["fallback_reason"] or "no embedding provider is available"
+        print(f"[WARN] indexed for full-text search only: {shown(reason)}", file=sys.stderr)
     if args.json:
         _print_json({"ok": True, **summary})
         return 0

@@ -293,7 +293,8 @@ def chunk_embeddings(
         dims=ident.dims,
         mode="vector+fts" if resolved.provider is not None else "fts-only",
         requested_provider=resolved.requested,
-        fallback_reason=resolved.reason if resolved.fallback_from else "",
+        # Why a fallback stands in, or why nothing embeds (full-text only).
+        fallback_reason=resolved.reason if resolved.fallback_from or (resolved.provider is None and resolved.requested != "none") else "",
         est_cost_usd=cost["estimated_cost_usd"],
         tokens_total=counts.tokens_embedded + batch_tokens,
     )

@@ -3,6 +3,8 @@
 ``auto``: the local model when it is installed, then openai, gemini, voyage, mistral,
 the first whose API key is in the environment. Only a *missing key* (or a missing local
 model) moves on; any other problem is reported. Nothing available → full-text only.
+The same when neither the primary nor the fallback can start (a missing key or model):
+the run indexes for full-text search and says why.
 
 ``fallback: <provider>``: used when the primary cannot start, or after it failed
 permanently during a run (recorded in ``data_dir/provider_state.json``, without any
@@ -120,9 +122,10 @@ def resolve_provider(settings: Settings) -> ResolvedProvider:
             try:
                 fb = build_provider(settings.fallback, settings, primary=False)
             except ProviderUnavailable as fb_err:
-                raise ProviderUnavailable(
-                    f"{err}; and the fallback cannot start either: {fb_err}", provider=settings.fallback, hint=fb_err.hint
-                ) from fb_err
+                # Nothing can embed: the memory is still indexed and searchable by its words.
+                return ResolvedProvider(
+                    requested, None, f"{err}; the fallback cannot start either: {fb_err}; full-text search only", fallback_from=requested
+                )
             return ResolvedProvider(requested, fb, f"using fallback {fb.name}: {err}", fallback_from=requested)
         if requested == "auto" and isinstance(err, ProviderUnavailable):
             return ResolvedProvider(requested, None, f"{err}; full-text search only")

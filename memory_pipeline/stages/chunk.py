@@ -20,7 +20,7 @@ from memory_pipeline.errors import ProviderError
 from memory_pipeline.models import CHUNKS_SCHEMA, EXTRACTION_STATUS_SCHEMA, MANIFEST_SCHEMA, SEGMENTS_SCHEMA, Segment
 from memory_pipeline.providers.base import EmbeddingProvider
 from memory_pipeline.settings import Settings
-from memory_pipeline.stages.media import media_label, native_media_enabled, native_media_ok
+from memory_pipeline.stages.media import NATIVE_MODALITIES, media_label, native_media_enabled, native_problem
 
 
 @dataclass
@@ -43,6 +43,7 @@ def make_chunks(settings: Settings, shards: Sequence[str], provider: EmbeddingPr
     counts = ChunkCounts()
     for shard in shards:
         failed: dict[str, str] = {}
+        not_native: dict[str, str] = {}  # media files embedded from derived text instead, and why
         manifest = {r["doc_id"]: r for r in data.read("source_files", shard, MANIFEST_SCHEMA).to_pylist()}
         segs_by_doc: dict[str, list[Segment]] = defaultdict(list)
         for r in data.read("extracted_content", shard, SEGMENTS_SCHEMA).to_pylist():
@@ -67,31 +68,39 @@ def make_chunks(settings: Settings, shards: Sequence[str], provider: EmbeddingPr
                 failed[doc] = f"chunking failed: {type(err).__name__}: {err}"
                 counts.failed += 1
                 continue
-            rows.extend(_chunk_rows(m, shard, chunks, segments, native))
+            # Documents (docx, ...) are text only; media go natively when the model takes them, else say why not.
+            goes_native = native and m["modality"] in NATIVE_MODALITIES
+            problem = native_problem(m["mime_type"], m["size"], segments) if goes_native else ""
+            if problem:
+                not_native[doc] = f"not embedded natively ({problem}); indexed from its derived text"
+            rows.extend(_chunk_rows(m, shard, chunks, segments, goes_native and not problem, count_model))
             counts.chunks += len(chunks)
             counts.tokens += sum(c.tokens for c in chunks)
             counts.max_model_tokens = max([counts.max_model_tokens, *(c.model_tokens for c in chunks)])
         data.write_rows(rows, CHUNKS_SCHEMA, "memory_chunks", shard)
-        if failed:
-            # Recorded where every reader of per-file outcomes looks (run errors, coverage, checks).
+        if failed or not_native:
+            # Recorded where every reader of per-file outcomes looks (run errors, coverage, checks):
+            # a failure fails the file; a native fallback marks it indexed in part, with the reason.
             status = data.read("extracted_content", shard, EXTRACTION_STATUS_SCHEMA, ".status").to_pylist()
             for r in status:
                 if r["doc_id"] in failed:
                     r.update(status="failed", reason=failed[r["doc_id"]])
+                elif r["doc_id"] in not_native:
+                    r.update(reason="; ".join(x for x in (r["reason"], not_native[r["doc_id"]]) if x))
             data.write_rows(status, EXTRACTION_STATUS_SCHEMA, "extracted_content", shard, ".status")
             counts.failures.extend({"path": manifest[d]["abs_path"], "reason": r} for d, r in failed.items())
     return counts
 
 
-def _chunk_rows(m: dict, shard: str, chunks, segments: list[Segment], native: bool) -> list[dict]:
+def _chunk_rows(m: dict, shard: str, chunks, segments: list[Segment], native: bool, count_model=None) -> list[dict]:
     rows = []
     seen: dict[tuple[str, str], int] = defaultdict(int)
     for c in chunks:
         embed_text = c.embed_text
         media_file = ""
-        if native and c.kind == "media" and native_media_ok(m["mime_type"], m["size"]):
-            # The file itself: its bytes, labelled with its name, note and description.
-            embed_text = media_label(m["path"], segments)
+        if native and c.kind == "media":
+            # The file itself: its bytes, labelled with its name, note, description and derived text.
+            embed_text = media_label(m["path"], segments, count_model)
             media_file = m["abs_path"]
         content_hash = hashlib.sha256(embed_text.encode()).hexdigest()
         if media_file:

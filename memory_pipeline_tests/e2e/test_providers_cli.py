@@ -198,6 +198,17 @@ def test_fallback_when_the_primary_cannot_start(mem: Path):
         assert search_json(cfg)[0]["path"].endswith(EXPECTED)
 
 
+def test_neither_primary_nor_fallback_can_start_indexes_for_full_text_with_a_warning(mem: Path):
+    cfg = write_config(mem / "memory_pipeline.yaml", provider="openai", fallback="mistral", remote=FAST)
+    proc = run_cli("index", "--config", str(cfg), "--json")  # neither OPENAI_API_KEY nor MISTRAL_API_KEY
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout)
+    assert out["ok"] and out["mode"] == "fts-only" and out["provider"] == "none" and out["table_rows"] > 0
+    assert "OPENAI_API_KEY is not set" in out["fallback_reason"] and "fallback cannot start either" in out["fallback_reason"]
+    assert "[WARN] indexed for full-text search only" in proc.stderr and "[ERROR]" not in proc.stderr
+    assert search_json(cfg, QUERY, None, "--mode", "fts")[0]["path"].endswith(EXPECTED)
+
+
 def test_fallback_takes_over_when_the_primary_fails_permanently_and_doctor_clears_it(mem: Path):
     with OpenAIFake() as openai, OllamaFake() as ollama:
         cfg = write_config(

@@ -27,7 +27,8 @@ def test_media_requests_carry_inline_bytes_and_label(tmp_path, media):
     shutil.copy(media["docx"], mem / "media" / "handbook.docx")
     with GeminiFake() as fake:
         # what the fake "sees" in the photo: words found nowhere in its derived text or label
-        fake.media_words[hashlib.sha256(receipt.read_bytes()).hexdigest()] = "cappuccino invoice crema"
+        # (said several times: the label now also carries the photo's OCR text, and the fake's vector is a bag of words)
+        fake.media_words[hashlib.sha256(receipt.read_bytes()).hexdigest()] = " ".join(["cappuccino invoice crema"] * 6)
         cfg = write_config(
             tmp_path / "memory_pipeline.yaml",
             provider="gemini",
@@ -93,3 +94,37 @@ def test_media_requests_carry_inline_bytes_and_label(tmp_path, media):
             for r in req.body.get("requests", [req.body])
             for p in r["content"]["parts"]
         )
+
+
+def test_media_the_model_cannot_take_natively_fall_back_to_derived_text_and_say_why(tmp_path):
+    mem = tmp_path / "mem"
+    (mem / "media").mkdir(parents=True)
+    sm.text_image(mem / "media" / "banner.gif", ["Harbour festival", "Saturday at noon"], fmt="GIF")
+    sm.text_pdf(mem / "media" / "manual.pdf", [[f"Chapter {i}", f"Boiler maintenance step {i}"] for i in range(1, 8)])
+    sm.text_pdf(mem / "media" / "flyer.pdf", [["Bake sale", "Friday"]])
+    with GeminiFake() as fake:
+        cfg = write_config(
+            tmp_path / "memory_pipeline.yaml",
+            provider="gemini",
+            model="gemini-embedding-2-preview",
+            dims=768,
+            remote={"base_url": fake.base_url, **FAST},
+            multimodal={"native": True},
+        )
+        out = run_json("index", "--config", str(cfg), "--json", env={"GEMINI_API_KEY": fake.api_key})
+        reasons = {e["path"].rsplit("/", 1)[-1]: (e["status"], e["reason"]) for e in out["errors"]}
+        assert reasons["banner.gif"][0] == "partial" and "image/gif is not a type the model takes natively" in reasons["banner.gif"][1]
+        assert reasons["manual.pdf"][0] == "partial" and "7 pages, over the model's native limit of 6" in reasons["manual.pdf"][1]
+        assert "flyer.pdf" not in reasons  # within the limits: sent natively, nothing to report
+        sent = {
+            (p.get("inlineData") or p.get("inline_data")).get("mimeType") or (p.get("inlineData") or p.get("inline_data")).get("mime_type")
+            for req in fake.embed_requests()
+            for r in req.body.get("requests", [req.body])
+            for p in r["content"]["parts"]
+            if "inlineData" in p or "inline_data" in p
+        }
+        assert sent == {"application/pdf"}
+        # Both are still found, by their derived text.
+        for query, name in (("harbour festival", "banner.gif"), ("boiler maintenance", "manual.pdf")):
+            hits = run_json("search", "--config", str(cfg), "--json", query, "--mode", "fts", env={"GEMINI_API_KEY": fake.api_key})["results"]
+            assert hits and hits[0]["path"].endswith(name)

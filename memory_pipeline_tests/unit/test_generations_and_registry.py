@@ -134,8 +134,9 @@ def test_auto_order_by_available_key(tmp_path, monkeypatch):
 
 def test_fallback_when_the_primary_cannot_start_and_when_neither_can(tmp_path, monkeypatch):
     s = settings(tmp_path, provider="voyage", fallback="mistral")
-    with pytest.raises(ProviderUnavailable, match="fallback cannot start either"):
-        registry.resolve_provider(s)
+    neither = registry.resolve_provider(s)  # full-text only, with the reason: never an error
+    assert neither.provider is None and neither.fallback_from == "voyage"
+    assert "fallback cannot start either" in neither.reason and neither.reason.endswith("full-text search only")
     monkeypatch.setenv("MISTRAL_API_KEY", "m")
     resolved = registry.resolve_provider(s)
     assert resolved.actual == "mistral" and resolved.fallback_from == "voyage" and "VOYAGE_API_KEY" in resolved.reason
