@@ -34,8 +34,12 @@ class MemoryPipelineError(Exception):
 class ConfigError(MemoryPipelineError):
     """The configuration is invalid; ``key`` names the offending setting."""
 
+    NO_HINT = "\0"  # pass as ``hint`` for an error whose wording is promised whole (no hint appended)
+
     def __init__(self, message: str, *, key: str = "", path: str = "", hint: str = "") -> None:
         super().__init__(message, hint=hint or "fix the configuration file and run again")
+        if hint == self.NO_HINT:
+            self.hint = ""
         self.key = key
         self.path = path
 

@@ -423,11 +423,12 @@ def _check_native(provider: Any, model: Any) -> None:
     # Checked before provider availability: the answer is the same whichever providers this build has.
     if provider != "gemini" or model != NATIVE_MODEL:
         current = _shown(provider, quote=False) if provider != "gemini" else f"gemini ({_shown(model, quote=False) if model else 'its default model'})"
+        # The exact wording is promised (README): no hint appended; the README says what to set.
         raise _bad(
-            f"Native multimodal embedding requires {NATIVE_MODEL}. Current provider: {current}",
+            f"Multimodal embedding requires {NATIVE_MODEL}. Current provider: {current}",
             sub=("multimodal", "native"),
             form="bare",
-            hint=f"set provider: gemini and model: {NATIVE_MODEL}, or multimodal.native: false (derived text works with every provider)",
+            hint=ConfigError.NO_HINT,
         )
 
 

@@ -89,7 +89,7 @@ def test_multimodal_settings_validated():
 def test_native_media_needs_gemini_embedding_2(provider):
     with pytest.raises(ConfigError) as err:
         _cfg(provider=provider, multimodal={"native": True})
-    assert str(err.value) == f"Native multimodal embedding requires gemini-embedding-2-preview. Current provider: {provider}"
+    assert str(err.value) == f"Multimodal embedding requires gemini-embedding-2-preview. Current provider: {provider}"
     # derived text works with every provider: no error without `native`
     if provider in ("local", "auto", "none"):
         assert _cfg(provider=provider).multimodal.native is False

@@ -176,7 +176,7 @@ def test_size_limit_and_native_guard(memory, tmp_path):
     for cmd in (["index"], ["store", "--file", str(memory["outside"] / "receipt.jpg")]):
         proc = run_cli(*cmd, "--config", str(cfg))
         assert proc.returncode == 1
-        assert proc.stderr.startswith("[ERROR] Native multimodal embedding requires gemini-embedding-2-preview. Current provider: openai")
+        assert proc.stderr == "[ERROR] Multimodal embedding requires gemini-embedding-2-preview. Current provider: openai\n"
 
 
 def test_note_edit_reindexes_the_media_file(memory):
