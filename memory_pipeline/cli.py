@@ -99,6 +99,17 @@ def _failed_run(settings, err: BaseException) -> dict:
 # --- search ------------------------------------------------------------------------------
 
 
+def _result_types(value: str) -> list[str]:
+    """``--type image,audio``: a comma-separated list of result types (argparse type)."""
+    from memory_pipeline.search.filters import RESULT_TYPES
+
+    types = [t.strip().lower() for t in value.split(",") if t.strip()]
+    bad = [t for t in types if t not in RESULT_TYPES]
+    if bad or not types:
+        raise argparse.ArgumentTypeError(f"invalid type {bad[0] if bad else value!r} (choose from {', '.join(RESULT_TYPES)})")
+    return types
+
+
 def cmd_search(args) -> int:
     if not (args.image or args.audio or args.no_server):
         from memory_pipeline.service.client import remote_search
@@ -125,7 +136,7 @@ def cmd_search(args) -> int:
         mode=args.mode,
         source=args.source,
         path_glob=args.path,
-        types=args.type,
+        types=[t for group in (args.type or []) for t in group],
         modality=args.modality or None,
         since=args.since,
         until=args.until,
@@ -568,8 +579,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("query", nargs="?", default="", help="what to look for, in words, e.g. \"when is the standup\"")
     p.add_argument("--image", metavar="FILE", help="query by an image: its OCR text, photo details and note, e.g. --image whiteboard.jpg")
     p.add_argument("--audio", metavar="FILE", help="query by a recording: its transcript, e.g. --audio memo.m4a")
-    p.add_argument("--type", action="append", choices=["image", "audio", "video", "pdf", "document", "text"],
-                   help="only results of this type (repeatable), e.g. --type pdf --type image")
+    p.add_argument("--type", action="append", type=_result_types, metavar="TYPE[,TYPE]",
+                   help="only results of these types: image, audio, video, pdf, document (includes pdf), text; "
+                        "repeatable or comma-separated, e.g. --type image,audio")
     p.add_argument("--max-results", type=int, default=None, metavar="N", help="return at most N results (default: query.max_results), e.g. --max-results 5")
     p.add_argument("--min-score", type=float, default=None, metavar="SCORE",
                    help="drop results scoring below SCORE (default: query.min_score), e.g. --min-score 0.3")

@@ -28,7 +28,7 @@ class SearchFilters:
     path_glob: str | None = None
     since: date | None = None  # inclusive, on the note's date
     until: date | None = None  # inclusive
-    types: tuple[str, ...] = ()  # --type: media modalities, or "text" (notes and transcripts)
+    types: tuple[str, ...] = ()  # --type: media modalities ("document" includes "pdf"), or "text" (notes and transcripts)
 
     def where(self) -> str | None:
         """The SQL WHERE clause for LanceDB, or None when nothing is filtered."""
@@ -37,7 +37,8 @@ class SearchFilters:
             bad = [t for t in self.types if t not in RESULT_TYPES]
             if bad:
                 raise ConfigError(f"--type must be one of {', '.join(RESULT_TYPES)}, got {bad[0]!r}", key="type")
-            media = [t for t in self.types if t != "text"]
+            # A document is any paged or office file: `--type document` includes PDFs.
+            media = sorted({m for t in self.types if t != "text" for m in ((t, "pdf") if t == "document" else (t,))})
             either = [f"modality IN ({', '.join(sql_str(t) for t in media)})"] if media else []
             if "text" in self.types:
                 either.append("memory_type = 'text'")

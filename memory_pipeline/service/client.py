@@ -50,7 +50,7 @@ def remote_search(args, *, bold: bool = False) -> dict | None:
     if record is None or os.path.realpath(record.get("config") or "") != str(config):
         return None
     body = {k: getattr(args, k) for k in _KEYS if getattr(args, k, None) not in (None, [])}
-    body |= {"query": args.query, "types": args.type or [], "recency_half_life_days": args.recency_half_life,
+    body |= {"query": args.query, "types": [t for group in (args.type or []) for t in group], "recency_half_life_days": args.recency_half_life,
              "render": "terminal" if bold else "plain"}  # fmt: skip
     headers = {"Content-Type": "application/json"}
     if record.get("token_required"):
