@@ -10,14 +10,37 @@ import pytest
 from memory_pipeline.runner import run_index
 from memory_pipeline.search import search
 from memory_pipeline.settings import load_settings
+from memory_pipeline_tests.conftest import SAMPLE, TEXT_ONLY, write_config
 from memory_pipeline_tests.helpers import table_rows
 
 
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory) -> tuple[Path, dict]:
+    """The sample's text indexed once, by a first run; returns its folder and the run's summary."""
+    root = tmp_path_factory.mktemp("incremental")
+    shutil.copytree(SAMPLE, root / "mem", ignore=TEXT_ONLY)
+    first = run_index(load_settings(write_config(root / "memory_pipeline.yaml")))
+    return root, first
+
+
 @pytest.fixture
-def indexed(sample_config: Path):
-    settings = load_settings(sample_config)
-    first = run_index(settings)
-    return settings, first
+def indexed(first_run):
+    """The first run's index itself, for tests that change no file."""
+    root, first = first_run
+    return load_settings(root / "memory_pipeline.yaml"), dict(first)
+
+
+@pytest.fixture
+def indexed_copy(tmp_path: Path, first_run):
+    """A private copy of the first run's folder and index, for tests that change files: (settings, first, mem)."""
+    root, first = first_run
+    dest = tmp_path / "copy"
+    shutil.copytree(root, dest, symlinks=True)
+    settings = load_settings(dest / "memory_pipeline.yaml")
+    # The copy's files have new inodes: one settling run re-hashes them (same content, nothing re-indexed).
+    settled = run_index(settings)
+    assert settled["chunks_embedded"] == 0 and settled["table_rows"] == first["table_rows"]
+    return settings, dict(first), dest / "mem"
 
 
 def test_first_run_indexes_everything(indexed):
@@ -39,8 +62,8 @@ def test_rerun_with_nothing_changed_embeds_and_writes_nothing(indexed):
     assert table_rows(settings.data_dir) == before
 
 
-def test_editing_one_note_reembeds_only_its_changed_chunks(indexed, sample_dir: Path):
-    settings, first = indexed
+def test_editing_one_note_reembeds_only_its_changed_chunks(indexed_copy):
+    settings, first, sample_dir = indexed_copy
     note = sample_dir / "memory" / "2026-10-22.md"
     before = {r["chunk_id"]: r for r in table_rows(settings.data_dir)}
     note.write_text(note.read_text() + "\n## Follow-up\nThe leak came back after the v2.15 deploy; pinned GOMAXPROCS to 2.\n")
@@ -55,8 +78,8 @@ def test_editing_one_note_reembeds_only_its_changed_chunks(indexed, sample_dir: 
     assert hits and hits[0].path.endswith("2026-10-22.md")
 
 
-def test_deleting_a_note_removes_its_rows(indexed, sample_dir: Path):
-    settings, _ = indexed
+def test_deleting_a_note_removes_its_rows(indexed_copy):
+    settings, _, sample_dir = indexed_copy
     (sample_dir / "memory" / "2026-10-11.md").unlink()
     result = run_index(settings)
     assert result["files_deleted"] == 1 and result["rows_deleted"] > 0
@@ -64,8 +87,8 @@ def test_deleting_a_note_removes_its_rows(indexed, sample_dir: Path):
     assert not any(h.path.endswith("2026-10-11.md") for h in search("sourdough starter hydration", settings=settings))
 
 
-def test_renaming_moves_rows_without_reembedding(indexed, sample_dir: Path):
-    settings, _ = indexed
+def test_renaming_moves_rows_without_reembedding(indexed_copy):
+    settings, _, sample_dir = indexed_copy
     old_rows = [r for r in table_rows(settings.data_dir) if r["path"] == "memory/2026-10-08.md"]
     shutil.move(sample_dir / "memory" / "2026-10-08.md", sample_dir / "memory" / "vector-db-choice.md")
     result = run_index(settings)
@@ -77,8 +100,8 @@ def test_renaming_moves_rows_without_reembedding(indexed, sample_dir: Path):
     assert sorted(r["content_hash"] for r in moved) == sorted(r["content_hash"] for r in old_rows)
 
 
-def test_force_reindexes_from_cache(indexed):
-    settings, first = indexed
+def test_force_reindexes_from_cache(indexed_copy):
+    settings, first, _ = indexed_copy
     result = run_index(settings, force=True)
     assert result["files_changed"] == 17
     assert result["chunks_embedded"] == 0 and result["chunks_cached"] == first["chunks_total"]
