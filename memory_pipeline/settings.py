@@ -392,25 +392,32 @@ class Settings:
             raise _bad("needs cache.enabled: true", sub=("remote", "batch", "enabled"))
         return self
 
+    # Paths under the data folder belong to the storage layer (memory_pipeline/storage.py);
+    # these read them from there, for callers that hold only the settings.
     @property
     def assets_dir(self) -> Path:
-        return self.data_dir / "assets"
+        return self._data().assets_dir
 
     @property
     def lancedb_uri(self) -> str:
-        return str(self.data_dir / "lancedb")
+        return self._data().lancedb_uri
 
     @property
     def cache_path(self) -> Path:
-        return self.data_dir / "cache" / "embeddings.sqlite"
+        return self._data().cache_path
 
     @property
     def dagster_home(self) -> Path:
-        return self.data_dir / "dagster"
+        return self._data().dagster_home
 
     @property
     def runs_dir(self) -> Path:
-        return self.data_dir / "runs"
+        return self._data().runs_dir
+
+    def _data(self):
+        from memory_pipeline import storage
+
+        return storage.of(self)
 
     def source(self, name: str) -> SourceConfig:
         for src in self.sources:
