@@ -53,9 +53,10 @@ system-packages:
 	$(call apt_missing,$(TEST_SYSTEM_PACKAGES))
 
 # The suite on TEST_WORKERS pytest-xdist workers, a module per worker at a time (memory_pipeline_tests/
-# scheduling.py says why: module-scoped indexes are built once, slow modules are queued first).
+# scheduling.py says why: module-scoped indexes are built once, slow modules are queued first;
+# --no-loadscope-reorder keeps that order instead of xdist's most-tests-first).
 TEST_WORKERS ?= 2
-XDIST := -n $(TEST_WORKERS) --dist loadfile
+XDIST := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 test: venv system-packages
 	@set -o pipefail; $(BIN)/python -m pytest $(XDIST) memory_pipeline_tests; rc=$$?; \
