@@ -1,4 +1,4 @@
-"""How the suite is shared between pytest-xdist workers (`make test` runs `-n 2 --dist loadfile`).
+"""How the suite is shared between pytest-xdist workers (`make test`: `-n 2 --dist loadfile --no-loadscope-reorder`).
 
 Loaded for every run through ``-p memory_pipeline_tests.scheduling`` (pyproject's addopts); it
 does nothing unless the run has xdist workers.
@@ -11,6 +11,8 @@ does nothing unless the run has xdist workers.
 - Long modules first: the modules marked ``slow`` (the CLI, Dagster, media and browser tests,
   minutes each) are queued before the short unit modules, so the two workers end together
   instead of one waiting on a long module that came last. The order inside a module is kept.
+  (``--no-loadscope-reorder`` keeps this order: by default xdist queues the modules with the most
+  tests first, which puts the 700 quick redaction tests first and the one-test browser module last.)
 - One thread per worker: each worker (and the `memory` processes it starts) is held to one
   OpenMP thread unless OMP_NUM_THREADS says otherwise, so two workers share two cores instead of
   four torch threads fighting over them.
