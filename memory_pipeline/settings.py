@@ -151,8 +151,8 @@ class CacheConfig:
 class QueryConfig:
     max_results: PositiveInt = 6
     min_score: Share = 0.4
-    vector_weight: NonNegativeNumber = 0.7
-    text_weight: NonNegativeNumber = 0.3
+    vector_weight: NonNegativeNumber = 0.5
+    text_weight: NonNegativeNumber = 0.5
     fusion: Fusion = "weighted"  # weighted (noisy-OR of calibrated scores) | rrf
     rrf_k: PositiveInt = 60
     candidate_multiplier: PositiveInt = 4  # each leg's candidate pool = max_results x this (at least 20)
