@@ -96,7 +96,7 @@ def test_weighted_fusion_is_scale_free():
     "name, query, expected",
     [
         ("weighted", QueryConfig(), WeightedFusion(vector_weight=QueryConfig().vector_weight, text_weight=QueryConfig().text_weight)),
-        ("rrf", QueryConfig(), RRFFusion(vector_weight=0.7, text_weight=0.3, k=60)),
+        ("rrf", QueryConfig(), RRFFusion(vector_weight=0.5, text_weight=0.5, k=60)),
         ("rrf", QueryConfig(vector_weight=0.2, text_weight=0.8, rrf_k=5), RRFFusion(vector_weight=0.2, text_weight=0.8, k=5)),
     ],
 )
