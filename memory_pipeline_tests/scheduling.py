@@ -8,8 +8,9 @@ does nothing unless the run has xdist workers.
   not once per worker. (``--dist loadgroup`` would let a module without shared fixtures spread
   over both workers, but pytest-xdist 3.8 marks groups by rewriting ``item._nodeid``, which
   pytest 9 no longer reads: every group is silently ignored.)
-- Long modules first: the modules marked ``slow`` (the CLI, Dagster, media and browser tests,
-  minutes each) are queued before the short unit modules, so the two workers end together
+- Long modules first: every module outside ``unit/`` (the CLI, Dagster, media, service and browser
+  tests, minutes each) and any marked ``slow`` is queued before the short unit modules, so the two
+  workers end together
   instead of one waiting on a long module that came last. The order inside a module is kept.
   (``--no-loadscope-reorder`` keeps this order: by default xdist queues the modules with the most
   tests first, which puts the 700 quick redaction tests first and the one-test browser module last.)
@@ -41,6 +42,7 @@ def _module_of(item: pytest.Item) -> str:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if not _is_worker(config):
         return
-    # A stable sort on a key shared by a module's tests: slow modules first, collection order otherwise.
-    slow = {_module_of(i) for i in items if i.get_closest_marker("slow") is not None}
-    items.sort(key=lambda i: _module_of(i) not in slow)
+    # A stable sort on a key shared by a module's tests: long modules first, collection order otherwise.
+    long = {m for m in map(_module_of, items) if "/unit/" not in f"/{m}"}
+    long |= {_module_of(i) for i in items if i.get_closest_marker("slow") is not None}
+    items.sort(key=lambda i: _module_of(i) not in long)
