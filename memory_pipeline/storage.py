@@ -31,11 +31,13 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from memory_pipeline.settings import Settings
+
+# pyarrow is imported where Parquet is read or written: the CLI's fast path (finding a running
+# server through server.json) uses this module and must not pay for it.
 
 log = logging.getLogger("memory_pipeline")
 
@@ -93,6 +95,11 @@ class DataStore:
     def batch_jobs(self) -> Path:
         return self.root / "batch" / "jobs.sqlite"
 
+    @property
+    def server_file(self) -> Path:
+        """Where a running `memory serve` writes its address (service/serverfile.py)."""
+        return self.root / "server.json"
+
     def asset(self, asset: str, shard: str, suffix: str = "") -> Path:
         """The Parquet file of one partition of an asset (or of one of its side files)."""
         if asset not in ASSETS or (suffix and (asset, suffix) not in SIDE_FILES):
@@ -110,10 +117,15 @@ class DataStore:
         return path
 
     def write_rows(self, rows: list[dict], schema: pa.Schema, asset: str, shard: str, suffix: str = "") -> Path:
+        import pyarrow as pa
+
         return self.write(pa.Table.from_pylist(rows, schema=schema), asset, shard, suffix)
 
     def row_count(self, asset: str, shards, suffix: str = "") -> int:
         """Rows of an asset over these shards, from the Parquet footers only."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
         total = 0
         for shard in shards:
             path = self.asset(asset, shard, suffix)
@@ -177,6 +189,8 @@ def write_text(path: Path, text: str) -> None:
 
 
 def write_parquet(table: pa.Table, path: Path) -> None:
+    import pyarrow.parquet as pq
+
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}")
     pq.write_table(table, tmp)
@@ -190,6 +204,9 @@ def read_parquet(path: Path, schema: pa.Schema) -> pa.Table:
     empty strings for non-nullable string columns; columns it has beyond the schema
     are dropped.
     """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     if not path.is_file():
         return schema.empty_table()
     try:

@@ -12,11 +12,13 @@ import os
 import time
 from pathlib import Path
 
+from memory_pipeline.storage import DataStore
+
 NAME = "server.json"
 
 
 def path_for(data_dir: Path) -> Path:
-    return Path(data_dir) / NAME
+    return DataStore(Path(data_dir)).server_file
 
 
 def write(data_dir: Path, url: str, *, token_required: bool, config: str) -> Path:
