@@ -66,9 +66,39 @@ def relevance(sv: float, st: float, mode: str, vector_weight: float, text_weight
     return 1.0 - (1.0 - sv) ** ev * (1.0 - min(st, 0.999999)) ** et
 
 
+STANDOUT_Z = 4.0  # how far above the other candidates a result must stand to be answered anyway
+STANDOUT_FLOOR = 0.1  # ... and the least relevance it must still have
+STANDOUT_POOL = 20  # the best candidates the comparison is made among (independent of the pool size)
+_MIN_SPREAD = 0.02  # a floor under the others' spread: identical near-zero scores are not "spread 0"
+
+
+def standout(relevances: list[float]) -> list[float]:
+    """For each relevance, how many standard deviations it sits above the *other* best candidates
+    (the top ``STANDOUT_POOL`` relevances, itself left out); 0 when there are too few to tell."""
+    top = sorted(relevances, reverse=True)[:STANDOUT_POOL]
+    if len(top) < 3:
+        return [0.0] * len(relevances)
+    out = []
+    n = len(top)
+    total, total_sq = sum(top), sum(r * r for r in top)
+    for r in relevances:
+        # The others: the top list without this candidate (or without its last entry if it is not in it).
+        drop = r if r >= top[-1] else top[-1]
+        m = (total - drop) / (n - 1)
+        var = max((total_sq - drop * drop) / (n - 1) - m * m, 0.0)
+        out.append((r - m) / max(var**0.5, _MIN_SPREAD))
+    return out
+
+
 def abstain(cands: list[Candidate], min_score: float) -> list[Candidate]:
-    """The candidates worth returning: those whose relevance reaches ``min_score``."""
-    return [c for c in cands if c.relevance >= min_score]
+    """The candidates worth returning: relevance at least ``min_score``, or, below it, a candidate
+    that clearly stands out from the rest (``STANDOUT_Z`` deviations above the other best
+    candidates, relevance at least ``STANDOUT_FLOOR``): one voice note at 0.28 when everything
+    else scores 0.03 is the answer; a crowd of look-alikes at 0.3 is not. ``min_score`` 0 keeps all."""
+    if min_score <= 0:
+        return list(cands)
+    z = standout([c.relevance for c in cands])
+    return [c for c, zi in zip(cands, z) if c.relevance >= min_score or (c.relevance >= STANDOUT_FLOOR and zi >= STANDOUT_Z)]
 
 
 def recency_factor(day: date, today: date, half_life_days: float) -> float:
