@@ -10,7 +10,7 @@ if TYPE_CHECKING:
     from memory_pipeline.search import SearchResult
 
 
-def search(query: str, **kwargs: Any) -> list["SearchResult"]:
+def search(query: str, **kwargs: Any) -> list[SearchResult]:
     """Hybrid search of the memory index (see ``memory_pipeline.search.search``)."""
     from memory_pipeline.search import search as _search
 

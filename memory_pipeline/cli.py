@@ -181,7 +181,6 @@ def _query_files(args) -> list[tuple[str, str]]:
 def _query_media(args, settings) -> list[tuple[str, str]]:
     """(path, mime) of the files to embed natively for the query, when native media vectors are on."""
     from memory_pipeline.querying import query_file
-
     from memory_pipeline.service.retrieval import plan
 
     native = settings.multimodal.native and settings.multimodal.enabled
@@ -307,10 +306,10 @@ def cmd_scan(args) -> int:
 
 def cmd_status(args) -> int:
     from memory_pipeline import storage
+    from memory_pipeline.batching.report import batch_status
     from memory_pipeline.discovery import SHARD_KEYS
     from memory_pipeline.models import INDEXED_STATE_SCHEMA, MANIFEST_SCHEMA
     from memory_pipeline.providers.registry import resolve_provider
-    from memory_pipeline.batching.report import batch_status
     from memory_pipeline.runner import last_run
     from memory_pipeline.stores.cache import EmbeddingCache
     from memory_pipeline.stores.lance import VectorStore

@@ -18,7 +18,6 @@ import stat as stat_mod
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
 
 from memory_pipeline.errors import ExtractionError
 from memory_pipeline.globs import glob_match

@@ -143,7 +143,7 @@ def _table(settings: Settings) -> list[dict]:
         return out
     except MemoryPipelineError as err:
         return [_check("table", "fail", str(err), err.hint)]
-    except Exception as err:  # lancedb raises its own types for a damaged table
+    except Exception as err:  # noqa: BLE001 - lancedb raises its own types for a damaged table
         return [_check("table", "fail", f"cannot open the table: {type(err).__name__}: {err}", "run `memory index --force` to rebuild")]
 
 

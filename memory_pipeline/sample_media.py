@@ -16,7 +16,7 @@ import sys
 import tempfile
 import wave
 import zipfile
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 FONT_SIZE = 34
@@ -165,7 +165,7 @@ def docx_file(path: Path, title: str, paragraphs: list[str], table: list[list[st
     import docx
 
     document = docx.Document()
-    fixed = datetime(2026, 11, 1, tzinfo=timezone.utc)
+    fixed = datetime(2026, 11, 1, tzinfo=UTC)
     document.core_properties.created = fixed
     document.core_properties.modified = fixed
     document.add_heading(title, level=1)

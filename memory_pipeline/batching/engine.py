@@ -38,9 +38,9 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from memory_pipeline.providers import pricing
 from memory_pipeline.batching.backends import BatchApiError, BatchBackend, BatchRequest, JobStatus, pack
 from memory_pipeline.batching.jobs import JobRecord, JobStore
+from memory_pipeline.providers import pricing
 from memory_pipeline.providers.base import normalize_vectors
 
 log = logging.getLogger(__name__)

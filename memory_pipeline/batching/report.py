@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from memory_pipeline import storage
-from memory_pipeline.batching.jobs import OPEN_STATES, JobStore, store_path
+from memory_pipeline.batching.jobs import OPEN_STATES, JobStore
 from memory_pipeline.settings import Settings
 
 

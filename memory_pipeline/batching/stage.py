@@ -9,7 +9,7 @@ import numpy as np
 from memory_pipeline import storage
 from memory_pipeline.batching.engine import BatchEmbedder, BatchMetrics, BatchOptions, BatchOutcome
 from memory_pipeline.batching.factory import backend_for
-from memory_pipeline.batching.jobs import JobStore, store_path
+from memory_pipeline.batching.jobs import JobStore
 from memory_pipeline.settings import Settings
 
 

@@ -377,9 +377,8 @@ def memory_vectors(
     run_results.write = stats
     maintenance = {}
     if context.run.tags.get(MAINTENANCE_TAG) == "true":
-        from memory_pipeline.stores.lance import VectorStore
-
         from memory_pipeline.stores import generations
+        from memory_pipeline.stores.lance import VectorStore
 
         maintenance = VectorStore(storage.of(settings).lancedb_uri, generations.current(settings)[0]).maintain(ann=settings.ann)
         context.log.info(f"table maintenance: {maintenance}")

@@ -54,7 +54,7 @@ def load_audio(src: OpenedFile, deadline: Deadline) -> np.ndarray:
     try:
         with src.stream() as fh:
             return decode_audio(fh, sampling_rate=SAMPLE_RATE)
-    except Exception as first:  # PyAV raises its own error types for every container/codec problem
+    except Exception as first:  # noqa: BLE001 - PyAV raises its own error types for every container/codec problem
         try:
             raw = run_tool(
                 ["ffmpeg", "-nostdin", "-v", "error", "-i", src.tool_path(), "-vn", "-ac", "1", "-ar", str(SAMPLE_RATE), "-f", "s16le", "-"],

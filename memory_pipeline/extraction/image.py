@@ -55,7 +55,7 @@ def exif_facts(img) -> list[str]:
     """Date taken, camera and GPS position, as short sentences."""
     try:
         exif = img.getexif()
-    except Exception:  # a broken EXIF block must not lose the picture
+    except Exception:  # noqa: BLE001 - a broken EXIF block must not lose the picture
         return []
     facts = []
     sub = exif.get_ifd(_EXIF_IFD) if exif else {}

@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import os
 from contextlib import contextmanager
-
 from typing import BinaryIO
 
 from memory_pipeline.errors import ExtractionError
@@ -69,7 +68,7 @@ def _page_ocr(page, deadline: Deadline) -> list[str]:
         deadline.check("reading the PDF's scanned pages")
         try:
             pil = image.image
-        except Exception:  # an undecodable embedded image: other images of the page may still read
+        except Exception:  # noqa: BLE001 - an undecodable embedded image: other images of the page may still read
             continue
         if pil is not None and pil.width * pil.height >= 10_000:
             lines.extend(ocr_image(pil, deadline))
@@ -101,7 +100,7 @@ def _extract_pdf(fh: BinaryIO, abs_path: str, options: MediaOptions, repaired: l
                 text = "\n".join(lines)
         except ExtractionError:
             raise
-        except Exception:  # one broken page (bad content stream) must not lose the others
+        except Exception:  # noqa: BLE001 - one broken page (bad content stream) must not lose the others
             failed_pages += 1
             continue
         if text:

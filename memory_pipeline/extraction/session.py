@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from memory_pipeline.errors import ExtractionError
@@ -63,7 +63,7 @@ def _iso(value: Any) -> str:
     if isinstance(value, (int, float)):
         try:
             seconds = value / 1000 if value > 1e11 else value
-            return datetime.fromtimestamp(seconds, tz=timezone.utc).isoformat()
+            return datetime.fromtimestamp(seconds, tz=UTC).isoformat()
         except (OverflowError, OSError, ValueError):  # a number no clock reaches
             return ""
     return str(value)

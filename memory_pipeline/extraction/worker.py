@@ -171,7 +171,7 @@ def serve(conn: Connection, parent_pid: int, deathsig: bool) -> None:
             reply = ("ok", [(s.text, s.line_start, s.line_end, s.label, s.kind) for s in capped], capped.warning)
         except ExtractionError as err:
             reply = ("error", err.reason[:_REASON_CHARS])
-        except Exception as err:  # never lose the worker over an answer it could not build
+        except Exception as err:  # noqa: BLE001 - never lose the worker over an answer it could not build
             reply = ("error", f"{modality} extraction failed: {type(err).__name__}: {err}"[:_REASON_CHARS])
         try:
             conn.send(reply)

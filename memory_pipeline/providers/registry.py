@@ -18,7 +18,7 @@ import importlib
 import json
 import os
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from memory_pipeline.errors import ConfigError, ProviderError, ProviderUnavailable
@@ -193,7 +193,7 @@ def mark_primary_failed(settings: Settings, provider: str, reason: str) -> None:
             "primary_id": _primary_id(settings),
             "provider": provider,
             "reason": reason[:500],
-            "at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "at": datetime.now(UTC).isoformat(timespec="seconds"),
         }
     }
     from memory_pipeline import storage

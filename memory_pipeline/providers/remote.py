@@ -83,7 +83,7 @@ def parse_retry_after(headers) -> float | None:
         if ms:
             return max(float(ms) / 1000, 0.0)
         value = headers.get("retry-after")
-    except Exception:  # odd header objects: no hint, plain backoff
+    except Exception:  # noqa: BLE001 - odd header objects: no hint, plain backoff
         return None
     if not value:
         return None
@@ -375,7 +375,7 @@ class RemoteProvider:
         if client is not None and hasattr(client, "close"):
             try:
                 client.close()
-            except Exception:  # closing is best effort
+            except Exception:  # noqa: BLE001 - closing is best effort
                 pass
 
 

@@ -24,17 +24,17 @@ import os
 import re
 import shutil
 import tempfile
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import yaml
 
 from memory_pipeline.discovery import MEDIA_MODALITIES, NOTE_SUFFIX, doc_id, sniff
 from memory_pipeline.errors import ConfigError, ExtractionError, MemoryPipelineError
+from memory_pipeline.search.filters import sql_str
 from memory_pipeline.service.core import MemoryService, NotFound, TooLarge, Unsupported, native_available
 from memory_pipeline.service.files import remove_tree, safe_name, write_file
 from memory_pipeline.service.retrieval import plan
-from memory_pipeline.search.filters import sql_str
 
 ASSETS_DIR = "agentos"
 RECORD = "asset.md"
@@ -158,7 +158,7 @@ class AssetService:
             "metadata": meta,
             "storePayload": bool(store_payload),
             "sizeBytes": size,
-            "createdAt": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "createdAt": datetime.now(UTC).isoformat(timespec="seconds"),
         }
         parts = [self.folder, collection, asset_id]
         with self.service.write_lock:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from pathlib import Path
 
 from memory_pipeline.discovery import INDEXED_MODALITIES, doc_id, is_selected, sniff
@@ -220,7 +220,7 @@ class MemoryService:
         if not isinstance(text, str) or not text.strip():
             raise ConfigError("text must not be empty", key="text")
         src = self.settings.source(source) if source else self.settings.sources[0]
-        rel = path or f"memory/{datetime.now(timezone.utc).date().isoformat()}.md"
+        rel = path or f"memory/{datetime.now(UTC).date().isoformat()}.md"
         parts = rel_parts(rel, field="path")
         if not parts[-1].lower().endswith(NOTE_SUFFIXES):
             raise ConfigError(f"path must end with {', '.join(NOTE_SUFFIXES)}: {rel!r}", key="path")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, fields
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from memory_pipeline import storage
@@ -173,7 +173,7 @@ _FIELDS = tuple(f.name for f in fields(RunSummary))
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def settled_summary(settings: Settings, ident: EmbeddingIdentity) -> RunSummary | None:

@@ -12,7 +12,7 @@ import os
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import numpy as np
 import pyarrow as pa
@@ -75,7 +75,7 @@ def write_vectors(
     store = VectorStore(data.lancedb_uri, table_name)
     store.ensure(ident.dims, ident.meta(), recreate=recreate)
     fp = fingerprint(settings, ident)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     for done, shard in enumerate(shards, start=1):
         manifest = {r["doc_id"]: r for r in data.read("source_files", shard, MANIFEST_SCHEMA).to_pylist()}
         ext_status = data.read("extracted_content", shard, EXTRACTION_STATUS_SCHEMA, ".status").to_pylist()
@@ -191,7 +191,7 @@ def table_rows(chunks: pa.Table, settings: Settings, shard: str, ident: Embeddin
         "media_type": [_media_type(m) for m in c["modality"]],
         "original_file_path": [str(src_roots[s] / p) for s, p in zip(c["source"], c["path"])],
         "file_sha256": c["file_sha256"],
-        "created_at": [datetime.fromtimestamp(m / 1e9, timezone.utc) for m in c["file_mtime_ns"]],
+        "created_at": [datetime.fromtimestamp(m / 1e9, UTC) for m in c["file_mtime_ns"]],
         "indexed_at": [now] * n,
         "embedding_model": [ident.model] * n,
     }

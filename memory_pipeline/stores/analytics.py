@@ -27,7 +27,7 @@ import json
 import os
 import shutil
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow as pa
@@ -199,7 +199,7 @@ def record_usage(settings: Settings, *, run_id: str, provider: str, model: str, 
     line = {
         "run_id": run_id, "provider": provider, "model": model, "chunks": chunks, "tokens": tokens, "batch": batch,
         "est_usd": estimate_usd(provider, model, tokens, batch=batch),
-        "at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "at": datetime.now(UTC).isoformat(timespec="seconds"),
     }  # fmt: skip
     storage.of(settings).append_line(storage.of(settings).runs_dir / USAGE_FILE, json.dumps(line))
 
