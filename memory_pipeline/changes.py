@@ -88,13 +88,7 @@ def file_sha256(manifest_sha: str) -> str:
 
 def same_stat(prev: dict | None, size: int, mtime_ns: int, inode: int) -> bool:
     """The file looks untouched since the last manifest (so its hash and type are reused)."""
-    return (
-        prev is not None
-        and prev["size"] == size
-        and prev["mtime_ns"] == mtime_ns
-        and prev["inode"] == inode
-        and bool(prev["sha256"])
-    )
+    return prev is not None and prev["size"] == size and prev["mtime_ns"] == mtime_ns and prev["inode"] == inode and bool(prev["sha256"])
 
 
 def decide(sha256: str, state: dict | None, fp: str, *, force: bool) -> str:

@@ -244,9 +244,7 @@ def cmd_eval(args) -> int:
             print(f"[ERROR] --{flag}: file not found: {getattr(args, flag)}", file=sys.stderr)
             return 2
     settings = _settings(args)
-    report = run_eval(
-        settings, args.corpus, args.queries, args.qrels, modes=modes, keep_dir=args.keep, log=None if args.json else _log_stderr
-    )
+    report = run_eval(settings, args.corpus, args.queries, args.qrels, modes=modes, keep_dir=args.keep, log=None if args.json else _log_stderr)
     if args.json:
         _print_json(report)
     else:
@@ -269,7 +267,15 @@ def cmd_scan(args) -> int:
     for f in walk_all(settings):
         # The index's own classifier, without hashing; then what extraction would find: text that is not UTF-8.
         facts = assess(f, settings, read_content=False)
-        row = {"source": f.source, "path": f.abs_path, "size": f.size, "mime_type": facts.mime, "modality": facts.modality, "status": facts.status, "reason": facts.reason}
+        row = {
+            "source": f.source,
+            "path": f.abs_path,
+            "size": f.size,
+            "mime_type": facts.mime,
+            "modality": facts.modality,
+            "status": facts.status,
+            "reason": facts.reason,
+        }
         if row["status"] == "ok" and row["modality"] in INDEXED_MODALITIES:
             try:
                 problem = utf8_problem(f.abs_path, settings.source(f.source).path)
@@ -362,14 +368,17 @@ def cmd_status(args) -> int:
         },
         "generations": generations.describe(settings),
         "sources": per_source,
-        "cache": {"enabled": settings.cache.enabled, "entries": cache_entries, "max_entries": settings.cache.max_entries, "path": str(storage.of(settings).cache_path)},
+        "cache": {
+            "enabled": settings.cache.enabled,
+            "entries": cache_entries,
+            "max_entries": settings.cache.max_entries,
+            "path": str(storage.of(settings).cache_path),
+        },
         "last_run": last_run(settings),
         "batch": batch_status(settings),
     }
     if status["last_run"]:
-        status["last_run"] = {k: v for k, v in status["last_run"].items() if k != "errors"} | {
-            "errors": len(status["last_run"].get("errors", []))
-        }
+        status["last_run"] = {k: v for k, v in status["last_run"].items() if k != "errors"} | {"errors": len(status["last_run"].get("errors", []))}
     if args.json:
         _print_json(status)
         return 0
@@ -423,8 +432,10 @@ def _print_batch_status(b: dict) -> None:
     state = "on" if b["enabled"] else "off"
     print(f"batch:    {state} (wait: {'yes' if b['wait'] else 'no'}), {len(b['pending_jobs'])} pending jobs")
     for j in b["pending_jobs"]:
-        print(f"          {j['provider']} {j['job_id'] or '(submitting)'}: {j['remote_status'] or j['state']}, "
-              f"{j['requests']} requests, {j['age_s']}s old" + (" (finished: the next run collects it)" if j["ready"] else ""))
+        print(
+            f"          {j['provider']} {j['job_id'] or '(submitting)'}: {j['remote_status'] or j['state']}, "
+            f"{j['requests']} requests, {j['age_s']}s old" + (" (finished: the next run collects it)" if j["ready"] else "")
+        )
     for name, p in b["providers"].items():
         if p["disabled"]:
             print(f"          {name}: batching DISABLED ({p['reason']}); `memory doctor --reset-batch` re-enables it")
@@ -476,9 +487,7 @@ def cmd_analytics(args) -> int:
 
     settings = _settings(args)
     if not storage.of(settings).analytics_db.is_file():
-        raise MemoryPipelineError(
-            f"no analytics database at {storage.of(settings).analytics_db}", hint="run `memory index` first"
-        )
+        raise MemoryPipelineError(f"no analytics database at {storage.of(settings).analytics_db}", hint="run `memory index` first")
     try:
         if args.sql:
             rows = query(settings, args.sql).to_pylist()
@@ -494,7 +503,10 @@ def cmd_analytics(args) -> int:
         cost = query(settings, "SELECT * FROM embedding_cost ORDER BY provider, model").to_pylist()
     except Exception as err:  # duckdb raises its own error types for bad SQL
         if type(err).__module__.startswith("duckdb") or "duckdb" in type(err).__module__:
-            raise MemoryPipelineError(f"query failed: {str(err).splitlines()[0]}", hint="check the SQL; tables: coverage, problems, file_status, embedding_cost, prices, source_files, vector_rows, runs") from err
+            raise MemoryPipelineError(
+                f"query failed: {str(err).splitlines()[0]}",
+                hint="check the SQL; tables: coverage, problems, file_status, embedding_cost, prices, source_files, vector_rows, runs",
+            ) from err
         raise
     if args.json:
         _print_json({"coverage": coverage, "problems": problems, "problem_files": problem_files, "embedding_cost": cost})
@@ -505,7 +517,7 @@ def cmd_analytics(args) -> int:
         shown_rows = [{k: shown("" if r[k] is None else r[k]) for k in ("kind", "path", "reason")} for r in problem_files[:PROBLEMS_SHOWN]]
         _print_rows(shown_rows, width=100)
         if len(problem_files) > PROBLEMS_SHOWN:
-            print(f"… {len(problem_files) - PROBLEMS_SHOWN} more (memory analytics --json lists them all, or --sql \"SELECT * FROM problems\")")
+            print(f'… {len(problem_files) - PROBLEMS_SHOWN} more (memory analytics --json lists them all, or --sql "SELECT * FROM problems")')
         print()
     _print_rows(problems) if problems else print("no problems")
     if cost:
@@ -561,11 +573,13 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Example:\n  memory index && memory search \"what did we decide about the standup\"",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )  # fmt: skip
-    parser.add_argument("--version", action="version", version=f"memory_pipeline {__version__}",
-                        help="print the version and exit, e.g. memory --version")
+    parser.add_argument("--version", action="version", version=f"memory_pipeline {__version__}", help="print the version and exit, e.g. memory --version")
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--config", metavar="FILE",
-                        help="the config file (default: $MEMORY_PIPELINE_CONFIG, then ./memory_pipeline.yaml), e.g. --config ~/agent/memory_pipeline.yaml")
+    common.add_argument(
+        "--config",
+        metavar="FILE",
+        help="the config file (default: $MEMORY_PIPELINE_CONFIG, then ./memory_pipeline.yaml), e.g. --config ~/agent/memory_pipeline.yaml",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = _sub(sub, "index", [common], "index the configured sources (the whole Dagster graph, in-process)", "memory index --json")
@@ -574,68 +588,111 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress or summary (errors still go to stderr), e.g. --quiet")
     p.set_defaults(func=cmd_index)
 
-    p = _sub(sub, "search", [common], "hybrid search of the index", "memory search \"standup time\" --since 2026-11-01 --max-results 5")
-    p.add_argument("query", nargs="?", default="", help="what to look for, in words, e.g. \"when is the standup\"")
+    p = _sub(sub, "search", [common], "hybrid search of the index", 'memory search "standup time" --since 2026-11-01 --max-results 5')
+    p.add_argument("query", nargs="?", default="", help='what to look for, in words, e.g. "when is the standup"')
     p.add_argument("--image", metavar="FILE", help="query by an image: its OCR text, photo details and note, e.g. --image whiteboard.jpg")
     p.add_argument("--audio", metavar="FILE", help="query by a recording: its transcript, e.g. --audio memo.m4a")
-    p.add_argument("--type", action="append", type=_result_types, metavar="TYPE[,TYPE]",
-                   help="only results of these types: image, audio, video, pdf, document (includes pdf), text; "
-                        "repeatable or comma-separated, e.g. --type image,audio")
+    p.add_argument(
+        "--type",
+        action="append",
+        type=_result_types,
+        metavar="TYPE[,TYPE]",
+        help="only results of these types: image, audio, video, pdf, document (includes pdf), text; repeatable or comma-separated, e.g. --type image,audio",
+    )
     p.add_argument("--max-results", type=int, default=None, metavar="N", help="return at most N results (default: query.max_results), e.g. --max-results 5")
-    p.add_argument("--min-score", type=float, default=None, metavar="SCORE",
-                   help="drop results scoring below SCORE (default: query.min_score), e.g. --min-score 0.3")
-    p.add_argument("--mode", choices=["hybrid", "vector", "fts"], default="hybrid",
-                   help="hybrid (vectors + full text, the default), vector only, or fts (full text only), e.g. --mode fts")
+    p.add_argument(
+        "--min-score", type=float, default=None, metavar="SCORE", help="drop results scoring below SCORE (default: query.min_score), e.g. --min-score 0.3"
+    )
+    p.add_argument(
+        "--mode",
+        choices=["hybrid", "vector", "fts"],
+        default="hybrid",
+        help="hybrid (vectors + full text, the default), vector only, or fts (full text only), e.g. --mode fts",
+    )
     p.add_argument("--fusion", choices=["weighted", "rrf"], default=None, help="how hybrid fuses the legs (default: query.fusion), e.g. --fusion rrf")
     p.add_argument("--source", help="only this source (a name from the config's sources), e.g. --source memory")
     p.add_argument("--path", metavar="GLOB", help="only paths matching this glob (relative to the source), e.g. --path 'memory/2026-*.md'")
     p.add_argument("--modality", action="append", help="only this modality (markdown, text, session, ...); repeatable, e.g. --modality markdown")
-    p.add_argument("--since", type=_iso_date, metavar="DATE",
-                   help="only notes dated on or after DATE (file-name date, else mtime), e.g. --since 2026-11-01")
+    p.add_argument("--since", type=_iso_date, metavar="DATE", help="only notes dated on or after DATE (file-name date, else mtime), e.g. --since 2026-11-01")
     p.add_argument("--until", type=_iso_date, metavar="DATE", help="only notes dated on or before DATE, e.g. --until 2026-11-30")
-    p.add_argument("--mmr", action=argparse.BooleanOptionalAction, default=None,
-                   help="diversify results (default: query.mmr), e.g. --mmr or --no-mmr")
-    p.add_argument("--mmr-lambda", type=float, default=None, metavar="X",
-                   help="MMR trade-off: 1 = relevance only, 0 = diversity only, e.g. --mmr-lambda 0.7")
-    p.add_argument("--recency-half-life", type=float, default=None, metavar="DAYS",
-                   help="dated notes lose half their score every DAYS (0 = off), e.g. --recency-half-life 30")
-    p.add_argument("--retrieval-mode", choices=["auto", "text", "native", "hybrid"], default="auto",
-                   help="query files by their derived text (text), their native vector (native), both (hybrid), "
-                        "or text plus native when the index has native vectors (auto, the default), e.g. --retrieval-mode text")
-    p.add_argument("--no-server", action="store_true",
-                   help="search in this process even when `memory serve` runs for this data folder, e.g. --no-server")
+    p.add_argument("--mmr", action=argparse.BooleanOptionalAction, default=None, help="diversify results (default: query.mmr), e.g. --mmr or --no-mmr")
+    p.add_argument("--mmr-lambda", type=float, default=None, metavar="X", help="MMR trade-off: 1 = relevance only, 0 = diversity only, e.g. --mmr-lambda 0.7")
+    p.add_argument(
+        "--recency-half-life",
+        type=float,
+        default=None,
+        metavar="DAYS",
+        help="dated notes lose half their score every DAYS (0 = off), e.g. --recency-half-life 30",
+    )
+    p.add_argument(
+        "--retrieval-mode",
+        choices=["auto", "text", "native", "hybrid"],
+        default="auto",
+        help="query files by their derived text (text), their native vector (native), both (hybrid), "
+        "or text plus native when the index has native vectors (auto, the default), e.g. --retrieval-mode text",
+    )
+    p.add_argument("--no-server", action="store_true", help="search in this process even when `memory serve` runs for this data folder, e.g. --no-server")
     p.add_argument("--json", action="store_true", help=JSON_HELP)
     p.set_defaults(func=cmd_search)
 
-    p = _sub(sub, "store", [common], "put a file (photo, recording, PDF, note) into memory with a note, and index it",
-             "memory store --file receipt.jpg --note \"hotel receipt, Lisbon trip\"")
+    p = _sub(
+        sub,
+        "store",
+        [common],
+        "put a file (photo, recording, PDF, note) into memory with a note, and index it",
+        'memory store --file receipt.jpg --note "hotel receipt, Lisbon trip"',
+    )
     p.add_argument("--file", required=True, metavar="FILE", help="the file to store, e.g. --file receipt.jpg")
-    p.add_argument("--note", help="what the file is about; stored beside it as FILE.note.md and searched with it, e.g. --note \"hotel receipt\"")
+    p.add_argument("--note", help='what the file is about; stored beside it as FILE.note.md and searched with it, e.g. --note "hotel receipt"')
     p.add_argument("--source", help="the source folder to copy into (default: the first), e.g. --source memory")
     p.add_argument("--json", action="store_true", help=JSON_HELP)
     p.set_defaults(func=cmd_store)
 
-    p = _sub(sub, "serve", [common], "serve the memory to agents: HTTP API, AgentOS multimodal routes, MCP at /mcp",
-             "memory serve --port 8765", "Anything but a loopback --host needs a bearer token in $MEMORY_PIPELINE_TOKEN.")
+    p = _sub(
+        sub,
+        "serve",
+        [common],
+        "serve the memory to agents: HTTP API, AgentOS multimodal routes, MCP at /mcp",
+        "memory serve --port 8765",
+        "Anything but a loopback --host needs a bearer token in $MEMORY_PIPELINE_TOKEN.",
+    )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1), e.g. --host 127.0.0.1")
     p.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 = any free port), e.g. --port 8765")
     p.add_argument("--assets-source", metavar="NAME", help="the source ingested assets are written to (default: the first), e.g. --assets-source memory")
-    p.add_argument("--cors-origin", action="append", metavar="ORIGIN", help="allow browser calls from ORIGIN (CORS is off by default), e.g. --cors-origin http://localhost:3000")
+    p.add_argument(
+        "--cors-origin",
+        action="append",
+        metavar="ORIGIN",
+        help="allow browser calls from ORIGIN (CORS is off by default), e.g. --cors-origin http://localhost:3000",
+    )
     p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"], help="server log level, e.g. --log-level info")
     p.set_defaults(func=cmd_serve)
 
-    p = _sub(sub, "mcp", [common], "the MCP server (memory_search, memory_get, memory_store, memory_status) over stdio",
-             "memory mcp --config ~/agent/memory_pipeline.yaml")
+    p = _sub(
+        sub,
+        "mcp",
+        [common],
+        "the MCP server (memory_search, memory_get, memory_store, memory_status) over stdio",
+        "memory mcp --config ~/agent/memory_pipeline.yaml",
+    )
     p.set_defaults(func=cmd_mcp)
 
-    p = _sub(sub, "eval", [common], "retrieval quality on a BEIR-format corpus (nDCG@10, recall, MRR, latency)",
-             "memory eval --corpus corpus.jsonl --queries queries.jsonl --qrels qrels/test.tsv --mode hybrid,fts")
+    p = _sub(
+        sub,
+        "eval",
+        [common],
+        "retrieval quality on a BEIR-format corpus (nDCG@10, recall, MRR, latency)",
+        "memory eval --corpus corpus.jsonl --queries queries.jsonl --qrels qrels/test.tsv --mode hybrid,fts",
+    )
     p.add_argument("--corpus", required=True, metavar="FILE", help="corpus.jsonl: {_id, title, text} per line, e.g. --corpus scifact/corpus.jsonl")
     p.add_argument("--queries", required=True, metavar="FILE", help="queries.jsonl: {_id, text} per line, e.g. --queries scifact/queries.jsonl")
-    p.add_argument("--qrels", required=True, metavar="FILE",
-                   help="qrels TSV with a header: query-id, corpus-id, score, e.g. --qrels scifact/qrels/test.tsv")
-    p.add_argument("--mode", action="append", default=None,
-                   help="hybrid, vector, fts, lancedb-rrf; comma-separated or repeated (default: hybrid,vector,fts), e.g. --mode hybrid,fts")
+    p.add_argument("--qrels", required=True, metavar="FILE", help="qrels TSV with a header: query-id, corpus-id, score, e.g. --qrels scifact/qrels/test.tsv")
+    p.add_argument(
+        "--mode",
+        action="append",
+        default=None,
+        help="hybrid, vector, fts, lancedb-rrf; comma-separated or repeated (default: hybrid,vector,fts), e.g. --mode hybrid,fts",
+    )
     p.add_argument("--keep", metavar="DIR", help="build the temporary index in DIR and keep it, e.g. --keep /tmp/eval-index")
     p.add_argument("--json", action="store_true", help=JSON_HELP)
     p.set_defaults(func=cmd_eval)
@@ -645,17 +702,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help=JSON_HELP)
     p.set_defaults(func=cmd_scan)
 
-    p = _sub(sub, "analytics", [common], "index coverage (DuckDB), or any SQL over the analytics database",
-             "memory analytics --sql \"SELECT kind, path, detail FROM problems WHERE kind = 'failed'\"",
-             "Without --sql: the coverage table, then the files that are not fully indexed with their reasons\n"
-             "(up to 20; --json lists them all). Tables: coverage, problems, file_status, vector_rows, runs, ...")
+    p = _sub(
+        sub,
+        "analytics",
+        [common],
+        "index coverage (DuckDB), or any SQL over the analytics database",
+        "memory analytics --sql \"SELECT kind, path, detail FROM problems WHERE kind = 'failed'\"",
+        "Without --sql: the coverage table, then the files that are not fully indexed with their reasons\n"
+        "(up to 20; --json lists them all). Tables: coverage, problems, file_status, vector_rows, runs, ...",
+    )
     p.add_argument("--sql", help="run this query and print its rows, e.g. --sql \"SELECT * FROM problems WHERE kind = 'failed'\"")
     p.add_argument("--json", action="store_true", help=JSON_HELP)
     p.set_defaults(func=cmd_analytics)
 
     p = _sub(sub, "generations", [common], "table generations (one per embedding model); rollback, prune", "memory generations rollback")
-    p.add_argument("action", nargs="?", choices=["list", "rollback", "prune"], default="list",
-                   help="list them (the default), rollback to the previous one, or prune the previous ones, e.g. rollback")
+    p.add_argument(
+        "action",
+        nargs="?",
+        choices=["list", "rollback", "prune"],
+        default="list",
+        help="list them (the default), rollback to the previous one, or prune the previous ones, e.g. rollback",
+    )
     p.add_argument("--json", action="store_true", help=JSON_HELP)
     p.set_defaults(func=cmd_generations)
 
@@ -668,18 +735,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help=JSON_HELP)
     p.set_defaults(func=cmd_status)
 
-    p = _sub(sub, "config", [], "show the effective configuration, or change one setting in the file",
-             "memory config set chunking.tokens 256",
-             "memory config show [KEY] [--json]: every setting, defaults included (paths written with $VARS as written)\n"
-             "memory config set KEY VALUE: validated with the whole file before it is written (comments kept)")
+    p = _sub(
+        sub,
+        "config",
+        [],
+        "show the effective configuration, or change one setting in the file",
+        "memory config set chunking.tokens 256",
+        "memory config show [KEY] [--json]: every setting, defaults included (paths written with $VARS as written)\n"
+        "memory config set KEY VALUE: validated with the whole file before it is written (comments kept)",
+    )
     config_sub = p.add_subparsers(dest="action", required=True)
     c = _sub(config_sub, "show", [common], "print every setting, defaults included, as YAML (or JSON)", "memory config show query --json")
     c.add_argument("key", nargs="?", help="only this setting or section, e.g. query.min_score or sources[0]")
     c.add_argument("--json", action="store_true", help=JSON_HELP)
-    c = _sub(config_sub, "set", [common], "set one setting in the config file (created if missing), validated first",
-             "memory config set multimodal.types \"[image, pdf]\"")
+    c = _sub(
+        config_sub,
+        "set",
+        [common],
+        "set one setting in the config file (created if missing), validated first",
+        'memory config set multimodal.types "[image, pdf]"',
+    )
     c.add_argument("key", help="the setting, dotted, e.g. chunking.tokens or sources[0].path")
-    c.add_argument("value", help="its value as YAML: a number, true/false, text, null or a list, e.g. 256 or \"[image, pdf]\"")
+    c.add_argument("value", help='its value as YAML: a number, true/false, text, null or a list, e.g. 256 or "[image, pdf]"')
     p.set_defaults(func=cmd_config)
     return parser
 
@@ -725,8 +802,7 @@ def main(argv: list[str] | None = None, *, hooks=None) -> int:
         return 0
     except Exception as err:  # noqa: BLE001 - a bug of ours: one line, never a traceback
         print(
-            f"[ERROR] unexpected error: {type(err).__name__}: {shown(err)} "
-            "(a bug in memory_pipeline: please report it with the command you ran)",
+            f"[ERROR] unexpected error: {type(err).__name__}: {shown(err)} (a bug in memory_pipeline: please report it with the command you ran)",
             file=sys.stderr,
         )
         return 1

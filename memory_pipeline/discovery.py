@@ -384,7 +384,7 @@ def utf8_problem(abs_path: str, root: str | os.PathLike[str] | None = None, *, c
                 decoder.decode(block)
             except UnicodeDecodeError as err:
                 pos = offset + err.start
-                return f"not valid UTF-8 (byte 0x{block[err.start:err.start + 1].hex()} at offset {pos}); convert the file to UTF-8"
+                return f"not valid UTF-8 (byte 0x{block[err.start : err.start + 1].hex()} at offset {pos}); convert the file to UTF-8"
             offset += len(block)
     try:
         decoder.decode(b"", final=True)

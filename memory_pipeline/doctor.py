@@ -139,7 +139,9 @@ def _table(settings: Settings) -> list[dict]:
             out.append(_check("generation", "warn", f"{b['table']} for {b['provider']}/{b['model']} is being built ({b['rows']} rows so far); searches use {name}",
                               "run `memory index` until it completes and switches"))  # fmt: skip
         if info["previous"]:
-            out.append(_check("generations", "ok", f"{len(info['previous'])} previous generation(s) kept for rollback", "`memory generations prune` frees them"))
+            out.append(
+                _check("generations", "ok", f"{len(info['previous'])} previous generation(s) kept for rollback", "`memory generations prune` frees them")
+            )
         return out
     except MemoryPipelineError as err:
         return [_check("table", "fail", str(err), err.hint)]

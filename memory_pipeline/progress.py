@@ -317,8 +317,7 @@ class LineProgress(_Progress):
                 else:
                     self._show(
                         st,
-                        f"{st.name}: {st.done}/{st.total} {st.unit}, no update for {duration(now - st.updated)} "
-                        f"({duration(st.elapsed(now))} elapsed)",
+                        f"{st.name}: {st.done}/{st.total} {st.unit}, no update for {duration(now - st.updated)} ({duration(st.elapsed(now))} elapsed)",
                         now,
                     )
             elif st is not None:

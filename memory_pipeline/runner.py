@@ -117,12 +117,8 @@ def _failure(result, results: RunResults) -> MemoryPipelineError:
     if isinstance(err, MemoryPipelineError):
         return err
     if err is not None:
-        return MemoryPipelineError(
-            f"the index run failed: {type(err).__name__}: {err}", hint="see the run in the Dagster UI (make ui) for the traceback"
-        )
-    failed_checks = [
-        e.check_name for e in result.get_asset_check_evaluations() if not e.passed and CHECKS.get(e.check_name, (False,))[0]
-    ]
+        return MemoryPipelineError(f"the index run failed: {type(err).__name__}: {err}", hint="see the run in the Dagster UI (make ui) for the traceback")
+    failed_checks = [e.check_name for e in result.get_asset_check_evaluations() if not e.passed and CHECKS.get(e.check_name, (False,))[0]]
     if failed_checks:
         return MemoryPipelineError(
             f"the index failed a blocking check ({', '.join(sorted(failed_checks))}); files were indexed, but the table has faults",

@@ -129,7 +129,9 @@ def text_pdf(path: Path, pages: list[list[str]]) -> Path:
     for i, lines in enumerate(pages):
         ops = ["BT", "/F1 14 Tf", "16 TL", "72 760 Td"] + [f"({_escape(line)}) Tj T*" for line in lines] + ["ET"]
         stream = "\n".join(ops).encode("latin-1")
-        objects.append(f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 {font_obj} 0 R >> >> /Contents {4 + 2 * i} 0 R >>".encode())
+        objects.append(
+            f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 {font_obj} 0 R >> >> /Contents {4 + 2 * i} 0 R >>".encode()
+        )
         objects.append(f"<< /Length {len(stream)} >>\nstream\n".encode() + stream + b"\nendstream")
     objects.append(b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>")
     path.write_bytes(_pdf_bytes(objects))

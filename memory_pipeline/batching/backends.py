@@ -188,9 +188,7 @@ class OpenAIBatchBackend:
 
     def submit(self, requests: Sequence[BatchRequest], label: str) -> Submission:
         with self._errors("submit"):
-            uploaded = self.client.files.create(
-                file=(f"memory-{label}.jsonl", io.BytesIO(self._jsonl(requests)), "application/jsonl"), purpose="batch"
-            )
+            uploaded = self.client.files.create(file=(f"memory-{label}.jsonl", io.BytesIO(self._jsonl(requests)), "application/jsonl"), purpose="batch")
         with self._errors("create batch"):
             batch = self._create_batch(uploaded.id, label)
         return Submission(batch.id, {"input_file_id": uploaded.id})
@@ -282,9 +280,7 @@ class _OpenAIErrors:
                 unavailable=unavailable,
             ) from exc
         if isinstance(exc, (openai.APIError, ValueError)):
-            raise BatchApiError(
-                f"{self.provider} batch {self.what} failed: {_scrub(str(exc), self.secret)}", provider=self.provider
-            ) from exc
+            raise BatchApiError(f"{self.provider} batch {self.what} failed: {_scrub(str(exc), self.secret)}", provider=self.provider) from exc
         return False
 
 
@@ -417,9 +413,7 @@ class _GeminiErrors:
             status = getattr(exc, "code", None)
             msg = _scrub(getattr(exc, "message", None) or str(exc), self.secret)
             unavailable = status in (404, 405, 501) and self.what != "poll" or bool(_UNAVAILABLE_RE.search(msg))
-            raise BatchApiError(
-                f"gemini batch {self.what} failed (HTTP {status}): {msg}", provider="gemini", status=status, unavailable=unavailable
-            ) from exc
+            raise BatchApiError(f"gemini batch {self.what} failed (HTTP {status}): {msg}", provider="gemini", status=status, unavailable=unavailable) from exc
         if isinstance(exc, (ValueError, OSError)) or type(exc).__module__.startswith(("httpx", "httpx2", "requests")):
             raise BatchApiError(f"gemini batch {self.what} failed: {_scrub(str(exc), self.secret)}", provider="gemini") from exc
         return False

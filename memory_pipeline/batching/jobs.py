@@ -153,8 +153,19 @@ class JobStore:
             self._conn.execute(
                 "INSERT INTO jobs(local_id, provider, provider_key, model, state, requests, tokens, shards, meta,"
                 " created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                (local_id, provider, provider_key, model, "submitting", len(hashes), int(sum(tokens)),
-                 json.dumps(sorted(set(shards))), json.dumps(submitter or {}), now, now),
+                (
+                    local_id,
+                    provider,
+                    provider_key,
+                    model,
+                    "submitting",
+                    len(hashes),
+                    int(sum(tokens)),
+                    json.dumps(sorted(set(shards))),
+                    json.dumps(submitter or {}),
+                    now,
+                    now,
+                ),
             )
             self._conn.executemany(
                 "INSERT INTO job_items(local_id, position, content_hash, tokens) VALUES (?,?,?,?)",
@@ -184,9 +195,7 @@ class JobStore:
 
     def _update(self, local_id: str, **sets) -> None:
         cols = ", ".join(f"{k} = ?" for k in sets)
-        self._conn.execute(
-            f"UPDATE jobs SET {cols}, updated_at = ? WHERE local_id = ?", (*sets.values(), time.time(), local_id)
-        )
+        self._conn.execute(f"UPDATE jobs SET {cols}, updated_at = ? WHERE local_id = ?", (*sets.values(), time.time(), local_id))
 
     def get(self, local_id: str) -> JobRecord | None:
         row = self._conn.execute(f"SELECT {_COLS} FROM jobs WHERE local_id = ?", (local_id,)).fetchone()
@@ -210,18 +219,13 @@ class JobStore:
     def items(self, local_id: str) -> list[tuple[str, int]]:
         """(content_hash, tokens) of a job, in submission order."""
         return [
-            (h, n)
-            for h, n in self._conn.execute(
-                "SELECT content_hash, tokens FROM job_items WHERE local_id = ? ORDER BY position", (local_id,)
-            ).fetchall()
+            (h, n) for h, n in self._conn.execute("SELECT content_hash, tokens FROM job_items WHERE local_id = ? ORDER BY position", (local_id,)).fetchall()
         ]
 
     # --- failure policy ------------------------------------------------------------------
 
     def provider_state(self, provider: str) -> ProviderBatchState:
-        row = self._conn.execute(
-            "SELECT failures, disabled, reason FROM provider_state WHERE provider = ?", (provider,)
-        ).fetchone()
+        row = self._conn.execute("SELECT failures, disabled, reason FROM provider_state WHERE provider = ?", (provider,)).fetchone()
         if row is None:
             return ProviderBatchState(provider, 0, False, "")
         return ProviderBatchState(provider, int(row[0]), bool(row[1]), row[2])
@@ -235,8 +239,10 @@ class JobStore:
         state = self.provider_state(provider)
         failures = state.failures + 1
         disabled = state.disabled or unavailable or failures >= FAILURE_LIMIT
-        why = state.reason if state.disabled else (
-            f"batch API unavailable: {reason}" if unavailable else (f"{failures} batch failures; last: {reason}" if disabled else reason)
+        why = (
+            state.reason
+            if state.disabled
+            else (f"batch API unavailable: {reason}" if unavailable else (f"{failures} batch failures; last: {reason}" if disabled else reason))
         )
         self._conn.execute(
             "INSERT INTO provider_state(provider, failures, disabled, reason, updated_at) VALUES (?,?,?,?,?)"
@@ -263,10 +269,7 @@ class JobStore:
         return [provider] if cur.rowcount else []
 
 
-_COLS = (
-    "local_id, provider, provider_key, model, remote_id, state, remote_status, requests, tokens, shards, meta,"
-    " error, polls, ready, created_at, updated_at"
-)
+_COLS = "local_id, provider, provider_key, model, remote_id, state, remote_status, requests, tokens, shards, meta, error, polls, ready, created_at, updated_at"
 
 
 def _record(row: tuple) -> JobRecord:

@@ -20,14 +20,22 @@ def batch_status(settings: Settings) -> dict:
     with JobStore(path) as store:
         for j in store.open_jobs():
             out["pending_jobs"].append(
-                {"provider": j.provider, "model": j.model, "job_id": j.remote_id, "state": j.state,
-                 "remote_status": j.remote_status, "requests": j.requests, "tokens": j.tokens,
-                 "ready": j.ready, "age_s": round(now - j.created_at), "shards": list(j.shards)}
+                {
+                    "provider": j.provider,
+                    "model": j.model,
+                    "job_id": j.remote_id,
+                    "state": j.state,
+                    "remote_status": j.remote_status,
+                    "requests": j.requests,
+                    "tokens": j.tokens,
+                    "ready": j.ready,
+                    "age_s": round(now - j.created_at),
+                    "shards": list(j.shards),
+                }
             )
         failed = [j for j in store.jobs(limit=50) if j.state not in (*OPEN_STATES, "collected")]
         out["recent_failures"] = [
-            {"provider": j.provider, "job_id": j.remote_id, "state": j.state, "error": j.error, "age_s": round(now - j.updated_at)}
-            for j in failed[:10]
+            {"provider": j.provider, "job_id": j.remote_id, "state": j.state, "error": j.error, "age_s": round(now - j.updated_at)} for j in failed[:10]
         ]
         for st in store.all_provider_states():
             out["providers"][st.provider] = {"failures": st.failures, "disabled": st.disabled, "reason": st.reason}

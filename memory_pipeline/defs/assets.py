@@ -9,7 +9,6 @@ counts, and lists of problem files as table metadata. Every asset carries owners
 ``layer`` tag, kinds and a link to its code.
 """
 
-
 import functools
 import importlib
 import inspect
@@ -50,12 +49,7 @@ PROBLEM_SCHEMA = dg.TableSchema(
 
 def column_schema(schema: pa.Schema) -> dg.TableSchema:
     """An Arrow schema as Dagster's column schema (the UI's Columns tab)."""
-    return dg.TableSchema(
-        columns=[
-            dg.TableColumn(f.name, str(f.type), constraints=dg.TableColumnConstraints(nullable=f.nullable))
-            for f in schema
-        ]
-    )
+    return dg.TableSchema(columns=[dg.TableColumn(f.name, str(f.type), constraints=dg.TableColumnConstraints(nullable=f.nullable)) for f in schema])
 
 
 def _table(schema: pa.Schema, row_count: int | None = None, partition_row_count: int | None = None) -> dict:
@@ -71,8 +65,7 @@ def _table(schema: pa.Schema, row_count: int | None = None, partition_row_count:
 def _problems(rows: list[dict], status: str = "failed") -> dg.TableMetadataValue:
     """Problem files as table metadata (path, status, reason), at most _MAX_LISTED and a line for the rest."""
     records = [
-        dg.TableRecord({"path": str(r["path"]), "status": str(r.get("status") or status), "reason": str(r.get("reason") or "")})
-        for r in rows[:_MAX_LISTED]
+        dg.TableRecord({"path": str(r["path"]), "status": str(r.get("status") or status), "reason": str(r.get("reason") or "")}) for r in rows[:_MAX_LISTED]
     ]
     if len(rows) > _MAX_LISTED:
         records.append(dg.TableRecord({"path": "…", "status": "", "reason": f"{len(rows) - _MAX_LISTED} more"}))
@@ -275,12 +268,12 @@ def chunk_embeddings(
 
         mark_primary_failed(settings, ident.provider, str(err))
         context.log.error(f"{ident.provider} failed permanently; the fallback {settings.fallback} is used from the next run")
-        raise PrimaryFailed(
-            f"{err}; the fallback {settings.fallback} takes over from the next run", provider=ident.provider, status=err.status
-        ) from err
+        raise PrimaryFailed(f"{err}; the fallback {settings.fallback} takes over from the next run", provider=ident.provider, status=err.status) from err
     batch_tokens = int((counts.batch or {}).get("batch_tokens", 0))
     cost = estimate(ident.provider, ident.model, batch_tokens=batch_tokens, live_tokens=counts.tokens_embedded)
-    record_usage(settings, run_id=context.run_id, provider=ident.provider, model=ident.model, chunks=counts.embedded - counts.batched, tokens=counts.tokens_embedded)
+    record_usage(
+        settings, run_id=context.run_id, provider=ident.provider, model=ident.model, chunks=counts.embedded - counts.batched, tokens=counts.tokens_embedded
+    )
     record_usage(settings, run_id=context.run_id, provider=ident.provider, model=ident.model, chunks=counts.batched, tokens=batch_tokens, batch=True)
     if counts.embedded:
         embedder.release()  # the table writes and the coverage that follow run without the model's memory

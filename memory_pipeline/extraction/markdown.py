@@ -34,9 +34,7 @@ def decode_utf8(data: bytes, path: str, *, final: bool = True) -> str:
         text = codecs.getincrementaldecoder("utf-8")().decode(data, final=final)
     except UnicodeDecodeError as err:
         bad = data[err.start : err.start + 1].hex()
-        raise ExtractionError(
-            path, f"not valid UTF-8 (byte 0x{bad} at offset {err.start}); convert the file to UTF-8"
-        ) from err
+        raise ExtractionError(path, f"not valid UTF-8 (byte 0x{bad} at offset {err.start}); convert the file to UTF-8") from err
     return text.removeprefix("\ufeff")
 
 
@@ -53,9 +51,7 @@ def text_segments(src: OpenedFile, options: MediaOptions) -> Segments:
     text, cut = read_text(src, options)
     nuls = text.count("\x00")
     if nuls > max(_BINARY_NUL_MIN, len(text) * _BINARY_NUL_SHARE):
-        raise ExtractionError(
-            src.path, f"binary data: {nuls} NUL bytes among {len(text)} characters (past the first 8 KB that looked like text)"
-        )
+        raise ExtractionError(src.path, f"binary data: {nuls} NUL bytes among {len(text)} characters (past the first 8 KB that looked like text)")
     text, removed = clean_text(text)
     out = Segments()
     if removed:

@@ -92,14 +92,10 @@ class Deadline:
 
     def check(self, doing: str = "extracting") -> None:
         if self.left() <= 0:
-            raise ExtractionError(
-                self.path, f"timed out after {self.seconds:g}s while {doing} (multimodal.timeout_seconds)"
-            )
+            raise ExtractionError(self.path, f"timed out after {self.seconds:g}s while {doing} (multimodal.timeout_seconds)")
 
 
-def run_tool(
-    args: list[str], deadline: Deadline, *, data: bytes | None = None, what: str, pass_fds: tuple[int, ...] = ()
-) -> bytes:
+def run_tool(args: list[str], deadline: Deadline, *, data: bytes | None = None, what: str, pass_fds: tuple[int, ...] = ()) -> bytes:
     """Run an external tool within the file's deadline; its failure becomes the file's reason.
 
     ``pass_fds``: descriptors the tool inherits, so it reads the opened file as ``/proc/self/fd/N``.
@@ -119,9 +115,7 @@ def run_tool(
             pass_fds=pass_fds,
         )
     except subprocess.TimeoutExpired as err:
-        raise ExtractionError(
-            deadline.path, f"timed out after {deadline.seconds:g}s while {what} (multimodal.timeout_seconds)"
-        ) from err
+        raise ExtractionError(deadline.path, f"timed out after {deadline.seconds:g}s while {what} (multimodal.timeout_seconds)") from err
     if proc.returncode != 0:
         tail = proc.stderr.decode("utf-8", "replace").strip().splitlines()
         raise ExtractionError(deadline.path, f"{what} failed: {tail[-1] if tail else f'exit {proc.returncode}'}")

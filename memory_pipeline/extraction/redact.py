@@ -96,10 +96,7 @@ class _Gate:
         for needle in self.lower_literals:
             if needle in low:
                 return True
-        return bool(
-            (self.pattern is not None and self.pattern.search(text))
-            or (self.lower_pattern is not None and self.lower_pattern.search(low))
-        )
+        return bool((self.pattern is not None and self.pattern.search(text)) or (self.lower_pattern is not None and self.lower_pattern.search(low)))
 
 
 def _search_at(pattern: re.Pattern[str], text: str, at: int) -> int:
@@ -131,9 +128,7 @@ _ASSIGNMENT_GATE = re.compile(
 
 # The IBM, Cloudant and SoftLayer plugins want a keyword, an assignment (or spaces) and
 # a value of 24+ token characters.
-_LONG_VALUE_GATE = re.compile(
-    r"""(?:key|pwd|pw|pass|token|secret)[\w.\-]{0,80}+["'\]]{0,2}[ \t]{0,8}(?:=>|:=|::|[:=]|[ \t])[ \t]{0,8}["']?[\w\-]{24}"""
-)
+_LONG_VALUE_GATE = re.compile(r"""(?:key|pwd|pw|pass|token|secret)[\w.\-]{0,80}+["'\]]{0,2}[ \t]{0,8}(?:=>|:=|::|[:=]|[ \t])[ \t]{0,8}["']?[\w\-]{24}""")
 
 
 # --- detect-secrets plugins --------------------------------------------------------------
@@ -150,19 +145,24 @@ class _Plugin:
 _AWS_PREFIXES = ("A3T", "ABIA", "ACCA", "AKIA", "ASIA")
 _PLUGINS: tuple[_Plugin, ...] = (
     _Plugin(
-        "aws:AWSKeyDetector", "aws-access-key", _Gate(_AWS_PREFIXES, ("aws",)),
+        "aws:AWSKeyDetector",
+        "aws-access-key",
+        _Gate(_AWS_PREFIXES, ("aws",)),
         kind_of=lambda v: "aws-access-key" if v.startswith(_AWS_PREFIXES) else "aws-secret-key",
     ),  # fmt: skip
     _Plugin("github_token:GitHubTokenDetector", "github-token", _Gate(("ghp_", "gho_", "ghu_", "ghs_", "ghr_"))),
     _Plugin(
-        "gitlab_token:GitLabTokenDetector", "gitlab-token",
+        "gitlab_token:GitLabTokenDetector",
+        "gitlab-token",
         _Gate(("glpat-", "gldt-", "glft-", "glsoat-", "glrt-", "GR1348941", "glcbt-", "glimt-", "glptt-", "glagent-", "gloas-")),
     ),  # fmt: skip
     # The plugin's regex backtracks over a run of "eyJ" without a dot (quadratic in the
     # window); a JWT always has a dot, so a window without one is skipped.
     _Plugin("jwt:JwtTokenDetector", "jwt", _Gate(("eyJ",), requires=".")),
     _Plugin(
-        "slack:SlackDetector", "slack-token", _Gate(lower_literals=("xox", "hooks.slack.com")),
+        "slack:SlackDetector",
+        "slack-token",
+        _Gate(lower_literals=("xox", "hooks.slack.com")),
         kind_of=lambda v: "slack-webhook" if v.lower().startswith("https://") else "slack-token",
     ),  # fmt: skip
     _Plugin("stripe:StripeDetector", "stripe-key", _Gate(("k_live_",))),
@@ -272,17 +272,13 @@ _SHAPES: tuple[_Shape, ...] = (
 # Digest or bare). No plugin covers either. A bare "bearer" needs a random-looking
 # token, so prose ("bearer authentication") stays.
 _BEARER = re.compile(r"(?i)(?<![A-Za-z])bearer[ \t]+([A-Za-z0-9._~+/\-]{8,}=*)")
-_AUTH_HEADER = re.compile(
-    r"""(?i)authorization\\?["']?[ \t]*[:=][ \t]*\\?["']?(?:(?:basic|token|digest|apikey|bearer)[ \t]+)?([A-Za-z0-9._~+/\-]{8,}=*)"""
-)
+_AUTH_HEADER = re.compile(r"""(?i)authorization\\?["']?[ \t]*[:=][ \t]*\\?["']?(?:(?:basic|token|digest|apikey|bearer)[ \t]+)?([A-Za-z0-9._~+/\-]{8,}=*)""")
 
 # URL credentials: scheme://[user]:password@host. Own pattern: BasicAuthDetector needs a
 # user (misses redis://:pw@host), stops at sub-delimiters a password may hold (!$&*+,;=)
 # and returns only the password, which cannot be placed back in the line when short.
 # The password runs to the last "@" of the authority; user and host stay visible.
-_URL_CREDENTIALS = re.compile(
-    r"""(?<![A-Za-z0-9+.\-])[A-Za-z][A-Za-z0-9+.\-]{0,30}://[^\s:/?#@\[\]"'<>\\]*:([^\s/?#"'<>\\]+)@(?=[A-Za-z0-9\[])"""
-)
+_URL_CREDENTIALS = re.compile(r"""(?<![A-Za-z0-9+.\-])[A-Za-z][A-Za-z0-9+.\-]{0,30}://[^\s:/?#@\[\]"'<>\\]*:([^\s/?#"'<>\\]+)@(?=[A-Za-z0-9\[])""")
 
 
 # --- key/value assignments ----------------------------------------------------------------
@@ -665,9 +661,7 @@ def _pem_block_end(text: str, pos: int) -> int:
         if after is None and next_at < len(text) and text[next_at] not in _PEM_TOKEN_ENDS and not _PEM_END.match(text, next_at):
             return end  # the word goes on with other characters: prose or an identifier, not body
         newline_before = sep is not None and _has_break(sep.group(0))
-        newline_after = (
-            next_at >= len(text) or (after is not None and _has_break(after.group(0))) or _PEM_END.match(text, next_at) is not None
-        )
+        newline_after = next_at >= len(text) or (after is not None and _has_break(after.group(0))) or _PEM_END.match(text, next_at) is not None
         if not _is_body_token(token.group(0), newline_before and newline_after):
             return end
         end = token.end()

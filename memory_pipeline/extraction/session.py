@@ -113,9 +113,7 @@ def session_segments(src: OpenedFile, options: MediaOptions) -> Segments:
         label = f"[{when}] {role}:" if when else f"{role}:"
         segments.append(Segment(text=body, line_start=line_no, line_end=line_no, label=label))
     if records == 0 and (not_json or not_object):
-        raise ExtractionError(
-            src.path, f"not a JSONL transcript: none of its {len(not_json) + len(not_object)} lines is a JSON object"
-        )
+        raise ExtractionError(src.path, f"not a JSONL transcript: none of its {len(not_json) + len(not_object)} lines is a JSON object")
     if not_json:
         segments.warn(_lines_warning(not_json, "not valid JSON"))
     if not_object:

@@ -305,14 +305,10 @@ class ExtractionWorker:
             polls += 1
             if _rss(ps, children) > limit_bytes:
                 self._stop(kill=True)
-                raise ExtractionError(
-                    path, f"extraction needed more than {options.max_extract_mb} MB (max_extract_mb); the worker was stopped"
-                )
+                raise ExtractionError(path, f"extraction needed more than {options.max_extract_mb} MB (max_extract_mb); the worker was stopped")
             if time.monotonic() > end:
                 self._stop(kill=True)
-                raise ExtractionError(
-                    path, f"extraction took longer than {seconds:g} s (max_extract_seconds); the worker was stopped"
-                )
+                raise ExtractionError(path, f"extraction took longer than {seconds:g} s (max_extract_seconds); the worker was stopped")
         if reply is None:
             code = self._proc.wait()
             self._stop(kill=True)

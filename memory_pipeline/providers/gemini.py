@@ -74,9 +74,7 @@ class GeminiProvider(RemoteProvider):
         for item in items:
             if isinstance(item, MediaItem):
                 contents.append(
-                    types.Content(
-                        parts=[types.Part.from_text(text=item.label or " "), types.Part.from_bytes(data=item.data, mime_type=item.mime_type)]
-                    )
+                    types.Content(parts=[types.Part.from_text(text=item.label or " "), types.Part.from_bytes(data=item.data, mime_type=item.mime_type)])
                 )
             else:
                 contents.append(types.Content(parts=[types.Part.from_text(text=item)]))
@@ -103,9 +101,7 @@ class GeminiProvider(RemoteProvider):
     def embed_media(self, items: Sequence[MediaItem]) -> np.ndarray:
         """One vector per media item (label + bytes), in the text vectors' space."""
         if not self.supports_multimodal:
-            raise ConfigError(
-                f"gemini model {self.model} cannot embed media natively; use gemini-embedding-2-preview", key="model"
-            )
+            raise ConfigError(f"gemini model {self.model} cannot embed media natively; use gemini-embedding-2-preview", key="model")
         if not items:
             return np.zeros((0, self.dims), dtype=np.float32)
         groups: list[list[int]] = []

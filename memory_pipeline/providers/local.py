@@ -175,15 +175,11 @@ class LocalProvider:
                 try:
                     from sentence_transformers import SentenceTransformer
                 except ImportError as err:
-                    raise ProviderUnavailable(
-                        "sentence-transformers is not installed", provider="local", hint="run make run to install"
-                    ) from err
+                    raise ProviderUnavailable("sentence-transformers is not installed", provider="local", hint="run make run to install") from err
                 try:
                     self._st = SentenceTransformer(str(self.model_path), device="cpu")
                 except Exception as err:  # the library raises many types for a broken model folder
-                    raise ProviderUnavailable(
-                        f"cannot load local model {self.model}: {err}", provider="local"
-                    ) from err
+                    raise ProviderUnavailable(f"cannot load local model {self.model}: {err}", provider="local") from err
             return self._st
 
     def release(self) -> None:

@@ -33,9 +33,7 @@ class OpenAIProvider(RemoteProvider):
             if self._client is None:
                 import openai
 
-                self._client = openai.OpenAI(
-                    api_key=self._api_key or "unused", base_url=self.base_url, max_retries=0, timeout=self.remote.timeout_s
-                )
+                self._client = openai.OpenAI(api_key=self._api_key or "unused", base_url=self.base_url, max_retries=0, timeout=self.remote.timeout_s)
             return self._client
 
     def _send(self, texts, kind, timeout):

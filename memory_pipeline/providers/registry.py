@@ -123,9 +123,7 @@ def resolve_provider(settings: Settings) -> ResolvedProvider:
                 fb = build_provider(settings.fallback, settings, primary=False)
             except ProviderUnavailable as fb_err:
                 # Nothing can embed: the memory is still indexed and searchable by its words.
-                return ResolvedProvider(
-                    requested, None, f"{err}; the fallback cannot start either: {fb_err}; full-text search only", fallback_from=requested
-                )
+                return ResolvedProvider(requested, None, f"{err}; the fallback cannot start either: {fb_err}; full-text search only", fallback_from=requested)
             return ResolvedProvider(requested, fb, f"using fallback {fb.name}: {err}", fallback_from=requested)
         if requested == "auto" and isinstance(err, ProviderUnavailable):
             return ResolvedProvider(requested, None, f"{err}; full-text search only")

@@ -268,9 +268,7 @@ class RemoteProvider:
                 results[gi] = self._call([pieces[i] for i in idx], kind, timeout, sum(weights[i] for i in idx))
         else:
             with ThreadPoolExecutor(max_workers=min(self.remote.concurrency, len(groups)), thread_name_prefix=f"{self.name}-embed") as pool:
-                futures = [
-                    pool.submit(self._call, [pieces[i] for i in idx], kind, timeout, sum(weights[i] for i in idx)) for idx in groups
-                ]
+                futures = [pool.submit(self._call, [pieces[i] for i in idx], kind, timeout, sum(weights[i] for i in idx)) for idx in groups]
                 for gi, fut in enumerate(futures):
                     results[gi] = fut.result()
         piece_vecs = np.zeros((len(pieces), results[0].shape[1]), dtype=np.float32)
@@ -339,9 +337,7 @@ class RemoteProvider:
         want = self._dims or arr.shape[1]
         if arr.shape[1] != want:
             # A model answering with another size would corrupt the table: not retried, reported.
-            raise RemoteCallError(
-                f"the response has vectors of {arr.shape[1]} dims, expected {want} (model {self.model})", status=None, retryable=False
-            )
+            raise RemoteCallError(f"the response has vectors of {arr.shape[1]} dims, expected {want} (model {self.model})", status=None, retryable=False)
         return np.nan_to_num(arr, nan=0.0, posinf=0.0, neginf=0.0)
 
     def _error(self, err: RemoteCallError, exhausted: int = 0) -> ProviderError:
@@ -410,9 +406,7 @@ def post_json(provider: RemoteProvider, url: str, payload: dict, headers: dict, 
     except httpx2.HTTPError as err:
         raise RemoteCallError(f"cannot reach {url}: {type(err).__name__}", status=None) from err
     if resp.status_code >= 400:
-        raise RemoteCallError(
-            f"HTTP {resp.status_code}: {error_message(resp)}", status=resp.status_code, retry_after=parse_retry_after(resp.headers)
-        )
+        raise RemoteCallError(f"HTTP {resp.status_code}: {error_message(resp)}", status=resp.status_code, retry_after=parse_retry_after(resp.headers))
     try:
         return resp.json()
     except ValueError as err:

@@ -131,7 +131,9 @@ def create_app(
     @app.exception_handler(Exception)
     async def _bug(request: Request, err: Exception):
         log.error("unexpected error on %s %s: %s: %s", request.method, request.url.path, type(err).__name__, err)
-        return JSONResponse({"error": f"unexpected error: {type(err).__name__}", "field": None, "hint": "a bug in memory_pipeline: please report it"}, status_code=500)
+        return JSONResponse(
+            {"error": f"unexpected error: {type(err).__name__}", "field": None, "hint": "a bug in memory_pipeline: please report it"}, status_code=500
+        )
 
     app.include_router(health_router)
     app.include_router(memory_router)

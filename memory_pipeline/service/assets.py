@@ -139,7 +139,9 @@ class AssetService:
             head = fh.read(8192)
         mime, modality = sniff(head, name)
         if modality not in ACCEPTS[kind]:
-            raise Unsupported(f"{field}: the file is {mime or 'of an unknown type'} ({modality or 'unknown'}), not {'an' if kind == 'image' else 'a'} {kind}", key=field)
+            raise Unsupported(
+                f"{field}: the file is {mime or 'of an unknown type'} ({modality or 'unknown'}), not {'an' if kind == 'image' else 'a'} {kind}", key=field
+            )
         if modality in MEDIA_MODALITIES and modality not in self._media_types():
             raise Unsupported(f"{field}: {modality} files are not indexed here (multimodal.types)", key=field)
         asset_id = _asset_id(collection, upload_path)
@@ -270,7 +272,10 @@ class AssetService:
         else:
             derived = _body(self._record_path(parts))
         return {
-            **{k: record.get(k) for k in ("assetId", "modality", "mimeType", "originalFileName", "collectionId", "tags", "metadata", "storePayload", "sizeBytes", "createdAt")},
+            **{
+                k: record.get(k)
+                for k in ("assetId", "modality", "mimeType", "originalFileName", "collectionId", "tags", "metadata", "storePayload", "sizeBytes", "createdAt")
+            },
             "derivedText": derived,
             "chunkCount": len(rows),
             "path": str(Path(self.source.path, *parts)),
@@ -316,9 +321,7 @@ class AssetService:
         mode = "vector" if (query_file is None and retrieval_mode == "native") else "hybrid"
         if mode == "vector" and searcher.provider is None:
             raise ConfigError("retrievalMode native needs an embedding provider", key="retrievalMode")
-        results = self.service.search(
-            query, max_results=min(top_k * 5, 200), mode=mode, source=self.source.name, path=f"{self.folder}/**", query_media=media
-        )
+        results = self.service.search(query, max_results=min(top_k * 5, 200), mode=mode, source=self.source.name, path=f"{self.folder}/**", query_media=media)
         out = []
         records: dict[str, dict | None] = {}
         for r in results:
@@ -346,7 +349,6 @@ class AssetService:
             if len(out) >= top_k:
                 break
         return {"query": text, "retrievalMode": retrieval_mode, "nativeUsed": bool(media), "results": out}
-
 
     def query_by_file(self, kind: str, path: str, filename: str | None, *, field: str, retrieval_mode: str = "auto", **kw) -> dict:
         """Query by an uploaded image or recording, under the ``retrievalMode`` contract."""

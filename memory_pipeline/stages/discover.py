@@ -103,9 +103,7 @@ class DiscoverCounts:
     files_repaired: int = 0  # files re-indexed or removed because the table lost or changed their rows
 
 
-def discover(
-    settings: Settings, shards: Sequence[str], *, force: bool, fp: str, ident: EmbeddingIdentity | None = None
-) -> DiscoverCounts:
+def discover(settings: Settings, shards: Sequence[str], *, force: bool, fp: str, ident: EmbeddingIdentity | None = None) -> DiscoverCounts:
     """Stat-walk every source, hash only what changed, decide per file: index, unchanged or nothing.
 
     With ``ident``, the table is first checked against the records: files whose rows are
@@ -126,9 +124,7 @@ def discover(
     for name, path in missing.items():
         shard = shard_of(name, "")
         if shard in wanted:
-            by_shard[shard].append(
-                DiscoveredFile(name, "", str(path), shard, 0, 0, 0, "failed", "source folder not found; its indexed rows are kept")
-            )
+            by_shard[shard].append(DiscoveredFile(name, "", str(path), shard, 0, 0, 0, "failed", "source folder not found; its indexed rows are kept"))
     for shard in shards:
         prev = {r["doc_id"]: r for r in data.read("source_files", shard, MANIFEST_SCHEMA).to_pylist()}
         state = {r["doc_id"]: r for r in data.read("memory_vectors", shard, INDEXED_STATE_SCHEMA, ".state").to_pylist()}
@@ -155,9 +151,7 @@ def discover(
     return counts
 
 
-def manifest_row(
-    f: DiscoveredFile, prev: dict | None, state: dict | None, settings: Settings, *, force: bool, fp: str, counts: DiscoverCounts
-) -> dict:
+def manifest_row(f: DiscoveredFile, prev: dict | None, state: dict | None, settings: Settings, *, force: bool, fp: str, counts: DiscoverCounts) -> dict:
     """The manifest row of one walked file, counted in ``counts``."""
     counts.files_seen += 1
     known = None

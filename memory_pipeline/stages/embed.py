@@ -66,9 +66,7 @@ def embed_chunks(
     roots = {s.name: s.path for s in settings.sources}
     for shard, table in chunk_tables.items():
         counts.chunks += table.num_rows
-        for h, t, n, f, mime, src in zip(
-            *(table.column(c).to_pylist() for c in ("content_hash", "embed_text", "tokens", "media_file", "mime_type", "source"))
-        ):
+        for h, t, n, f, mime, src in zip(*(table.column(c).to_pylist() for c in ("content_hash", "embed_text", "tokens", "media_file", "mime_type", "source"))):
             texts.setdefault(h, t)
             tokens.setdefault(h, n)
             shards_of[h].add(shard)
@@ -118,7 +116,9 @@ def _embed(settings, provider, ident, hooks, texts, tokens, shards_of, media, ca
         tokens,
         shards_of,
         # Every vector a job returns goes to the cache, also those of other shards' files: their runs find them there.
-        on_vectors=(lambda got: cache.put_many((keys.get(h) or cache_key(ident.provider, ident.model, ident.provider_key, ident.dims, h), v) for h, v in got.items()))
+        on_vectors=(
+            lambda got: cache.put_many((keys.get(h) or cache_key(ident.provider, ident.model, ident.provider_key, ident.dims, h), v) for h, v in got.items())
+        )
         if cache is not None
         else None,
         on_submitted=lambda: hooks.at("batch_after_submit"),

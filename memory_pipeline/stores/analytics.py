@@ -42,7 +42,7 @@ DB_NAME = "analytics.duckdb"
 USAGE_FILE = "embedding_usage.jsonl"
 HISTORY_FILE = "history.jsonl"
 # The columns of the ledgers' tables before their first line (then: every key of the lines).
-USAGE_COLUMNS = "run_id VARCHAR, provider VARCHAR, model VARCHAR, chunks BIGINT, tokens BIGINT, batch BOOLEAN, est_usd DOUBLE, \"at\" VARCHAR"
+USAGE_COLUMNS = 'run_id VARCHAR, provider VARCHAR, model VARCHAR, chunks BIGINT, tokens BIGINT, batch BOOLEAN, est_usd DOUBLE, "at" VARCHAR'
 RUNS_COLUMNS = "run_id VARCHAR, finished_at VARCHAR, files_seen BIGINT, files_changed BIGINT, table_rows BIGINT, errors BIGINT"
 _ROW_COLUMNS = ["chunk_id", "doc_id", "source", "path", "shard", "modality", "mime_type", "file_sha256", "embedding_model", "tokens", "indexed_at"]
 _ROWS_SCHEMA = pa.schema(

@@ -57,8 +57,7 @@ class EmbeddingCache:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute(
-                "CREATE TABLE IF NOT EXISTS embeddings ("
-                " key TEXT PRIMARY KEY, dims INTEGER NOT NULL, vector BLOB NOT NULL, last_used INTEGER NOT NULL)"
+                "CREATE TABLE IF NOT EXISTS embeddings ( key TEXT PRIMARY KEY, dims INTEGER NOT NULL, vector BLOB NOT NULL, last_used INTEGER NOT NULL)"
             )
             conn.execute("CREATE INDEX IF NOT EXISTS embeddings_last_used ON embeddings(last_used)")
             conn.execute("SELECT key FROM embeddings LIMIT 1").fetchall()
@@ -80,9 +79,7 @@ class EmbeddingCache:
         for i in range(0, len(keys), _BATCH):
             batch = list(keys[i : i + _BATCH])
             marks = ",".join("?" * len(batch))
-            rows = self._conn.execute(
-                f"SELECT key, vector FROM embeddings WHERE dims = ? AND key IN ({marks})", [dims, *batch]
-            ).fetchall()
+            rows = self._conn.execute(f"SELECT key, vector FROM embeddings WHERE dims = ? AND key IN ({marks})", [dims, *batch]).fetchall()
             for key, blob in rows:
                 found[key] = np.frombuffer(blob, dtype=np.float32)
             if rows:
@@ -108,7 +105,5 @@ class EmbeddingCache:
         excess = total - self.max_entries
         if excess <= 0:
             return 0
-        self._conn.execute(
-            "DELETE FROM embeddings WHERE key IN (SELECT key FROM embeddings ORDER BY last_used ASC LIMIT ?)", [excess]
-        )
+        self._conn.execute("DELETE FROM embeddings WHERE key IN (SELECT key FROM embeddings ORDER BY last_used ASC LIMIT ?)", [excess])
         return excess
