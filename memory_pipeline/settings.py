@@ -150,7 +150,7 @@ class CacheConfig:
 @dataclass(frozen=True, config=_MODEL)
 class QueryConfig:
     max_results: PositiveInt = 6
-    min_score: Share = 0.4
+    min_score: Share = 0.5
     vector_weight: NonNegativeNumber = 0.5
     text_weight: NonNegativeNumber = 0.5
     fusion: Fusion = "weighted"  # weighted (noisy-OR of calibrated scores) | rrf
