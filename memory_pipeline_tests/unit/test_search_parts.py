@@ -228,7 +228,7 @@ def test_search_settings_are_validated(tmp_path: Path, section: str, value: dict
 
 def test_search_settings_defaults(tmp_path: Path):
     s = settings_from_dict({"sources": [{"name": "m", "path": "m"}]}, base_dir=tmp_path)
-    assert (s.query.fusion, s.query.mmr, s.query.recency_half_life_days, s.query.min_score) == ("weighted", False, 0.0, 0.4)
+    assert (s.query.fusion, s.query.mmr, s.query.recency_half_life_days, s.query.min_score) == ("weighted", False, 0.0, 0.5)
     assert s.ann.min_rows == 50_000 and s.fts.stem is True
 
 
