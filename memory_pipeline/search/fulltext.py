@@ -87,7 +87,10 @@ class TextLeg:
     the whole document (a term in chunk 1 and another in chunk 3 both count: chunking does not
     dilute a document's evidence), and the strength reads as the share of the query's full-text
     evidence present: 1 for a document holding every term as well as the best one does, a
-    rare missing word costing much and a common one little.
+    rare missing word costing much and a common one little. For the *order*, the strength is
+    multiplied by ``coverage`` (the share of the terms present, Lucene's classic coordination
+    factor): among documents of similar BM25 mass, the one that answers more of the question ranks
+    first; relevance (and so abstention) reads the strength alone.
     """
 
     rows: dict[str, dict] = field(default_factory=dict)  # chunk_id -> row (accepted by the syntax)
@@ -111,6 +114,10 @@ class TextLeg:
             return 0.0
         got = self.doc_terms(doc_id)
         return min(1.0, sum(min(v, self.weights[t]) for t, v in got.items()) / total)
+
+    def coverage(self, doc_id: str) -> float:
+        """The share of the query's terms the document holds at all (Lucene's classic ``coord``)."""
+        return len(self.doc_terms(doc_id)) / len(self.weights) if self.weights else 0.0
 
     def chunk_strength(self, chunk_id: str) -> float:
         """The chunk's own share (breaks ties between chunks of one document)."""

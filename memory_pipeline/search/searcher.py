@@ -202,8 +202,10 @@ class MemorySearcher:
                 if cid in leg.rows:
                     cand.st = leg.strength(doc)
                     cand.st_chunk = leg.chunk_strength(cid)
+                    cand.st_rank = cand.st * leg.coverage(doc)
                 elif leg.doc_terms(doc):
                     cand.st = leg.strength(doc)  # another chunk of its document holds the words
+                    cand.st_rank = cand.st * leg.coverage(doc)
                 else:
                     cand.st = leg.estimate(haystack(cand.row))
         elif mode == "fts":
