@@ -105,7 +105,6 @@ def create_app(
         lifespan=lifespan,
         redoc_url=None,
     )
-    service.warm_error = ""
     app.state.memory = service
     app.state.assets = assets
     app.state.mcp = mcp

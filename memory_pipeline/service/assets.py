@@ -61,7 +61,7 @@ def parse_list(value, *, field: str, allowed: tuple[str, ...] | None = None) -> 
         if text.startswith("["):
             try:
                 items = json.loads(text)
-            except ValueError as err:
+            except json.JSONDecodeError as err:
                 raise ConfigError(f"{field} is not valid JSON: {err.msg}", key=field) from err
         else:
             items = [p.strip() for p in text.split(",")]
@@ -83,7 +83,7 @@ def parse_metadata(value) -> dict:
             raise ConfigError(f"metadata is over {MAX_METADATA_BYTES} bytes", key="metadata")
         try:
             value = json.loads(value)
-        except ValueError as err:
+        except json.JSONDecodeError as err:
             raise ConfigError(f"metadata is not valid JSON: {err.msg}", key="metadata") from err
     if not isinstance(value, dict):
         raise ConfigError("metadata must be a JSON object", key="metadata")
@@ -248,7 +248,7 @@ class AssetService:
         record = self._read_record(parts) or {}
         name = record.get("originalFileName")
         path = Path(self.source.path, *parts, name) if record.get("storePayload") and isinstance(name, str) else None
-        if path is None or safe_name(name) != name or not path.is_file() or path.is_symlink():
+        if path is None or not isinstance(name, str) or safe_name(name) != name or not path.is_file() or path.is_symlink():
             raise NotFound(f"asset {asset_id} has no stored payload (ingest it with storePayload=true)", key="assetId")
         return str(path), record.get("mimeType") or "application/octet-stream", name
 

@@ -12,12 +12,16 @@ import threading
 import time
 from datetime import UTC, date, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from memory_pipeline.discovery import INDEXED_MODALITIES, doc_id, is_selected, sniff
 from memory_pipeline.errors import ConfigError, MemoryPipelineError
 from memory_pipeline.service.files import rel_parts, write_file
 from memory_pipeline.service.warm import WarmSearcher
 from memory_pipeline.settings import Settings
+
+if TYPE_CHECKING:
+    from memory_pipeline.stages.report import RunSummary
 
 MAX_LINES = 2000
 NOTE_SUFFIXES = (".md", ".markdown", ".txt")
@@ -52,7 +56,8 @@ class MemoryService:
         self.write_lock = threading.Lock()
         self.started = time.time()
         self.ready = False
-        self.last_index: dict | None = None
+        self.warm_error = ""  # why the searcher could not be opened, for /readyz
+        self.last_index: RunSummary | None = None
 
     # --- reads -------------------------------------------------------------------------
 
@@ -193,7 +198,7 @@ class MemoryService:
 
     # --- writes ------------------------------------------------------------------------
 
-    def index(self) -> dict:
+    def index(self) -> RunSummary:
         """One index run (serialized with every other write of this server); returns its summary."""
         from memory_pipeline.runner import run_index
 

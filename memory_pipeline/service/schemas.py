@@ -155,4 +155,5 @@ class Deleted(BaseModel):
     rowsDeleted: int
 
 
-ERRORS = {code: {"model": ErrorBody} for code in (400, 401, 404, 413, 415, 422, 500, 503)}
+# Typed as what FastAPI's `responses=` takes (its dict is invariant in the key type).
+ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorBody} for code in (400, 401, 404, 413, 415, 422, 500, 503)}
