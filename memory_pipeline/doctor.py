@@ -125,11 +125,12 @@ def _table(settings: Settings) -> list[dict]:
         info = generations.describe(settings)
         name, record = generations.current(settings)
         store = VectorStore(storage.of(settings).lancedb_uri, name)
-        if not store.exists():
+        table = store.open()  # None while no table exists
+        if table is None:
             return [_check("table", "warn", f"no table at {storage.of(settings).lancedb_uri} yet", "run `memory index`")]
         rows = store.count_rows()
         out = [_check("table", "ok", f"{name}: {rows} rows, {record.get('provider')}/{record.get('model')} ({store.dims()} dims)")]
-        indices = {idx.name for idx in store.open().list_indices()}
+        indices = {idx.name for idx in table.list_indices()}
         if rows and f"{FTS_COLUMN}_idx" not in indices:
             out.append(_check("full-text index", "warn", "missing", "run `memory index` (it creates the index)"))
         else:

@@ -71,12 +71,12 @@ def stderr_progress(
         if console.is_terminal:
             return BarProgress(console, clock=clock, stale_after=heartbeat)
         stream = console.file
-    stream = stream or sys.stderr
-    if _isatty(stream):
+    out: IO[str] = stream or sys.stderr
+    if _isatty(out):
         from rich.console import Console
 
-        return BarProgress(Console(file=stream), clock=clock, stale_after=heartbeat)
-    return LineProgress(stream, interval=interval, heartbeat=heartbeat, clock=clock)
+        return BarProgress(Console(file=out), clock=clock, stale_after=heartbeat)
+    return LineProgress(out, interval=interval, heartbeat=heartbeat, clock=clock)
 
 
 # The name `memory index` (cli.py) has always called.
@@ -431,7 +431,8 @@ class BarProgress(_Progress):
         for logger in loggers:
             for handler in logger.handlers:
                 if type(handler) is logging.StreamHandler and handler.stream is stream:
-                    self._rerouted.append((handler, handler.setStream(writer)))
+                    handler.setStream(writer)  # returns the old stream: `stream`, as just checked
+                    self._rerouted.append((handler, stream))
 
     # The columns after the bar, computed at each refresh from the stage record.
     def _counts(self, task) -> str:

@@ -184,7 +184,7 @@ class JobStore:
         self._update(local_id, state="submitted", remote_id=remote_id, meta=json.dumps(merged))
 
     def set_status(self, local_id: str, remote_status: str, *, ready: bool | None = None) -> None:
-        sets = {"remote_status": remote_status}
+        sets: dict[str, str | int] = {"remote_status": remote_status}
         if ready is not None:
             sets["ready"] = int(ready)
         self._update(local_id, **sets)

@@ -54,7 +54,7 @@ def column_schema(schema: pa.Schema) -> dg.TableSchema:
 
 def _table(schema: pa.Schema, row_count: int | None = None, partition_row_count: int | None = None) -> dict:
     """The column schema and the row counts, under Dagster's standard keys."""
-    meta = {"dagster/column_schema": dg.MetadataValue.table_schema(column_schema(schema))}
+    meta: dict[str, dg.MetadataValue] = {"dagster/column_schema": dg.MetadataValue.table_schema(column_schema(schema))}
     if row_count is not None:
         meta["dagster/row_count"] = dg.MetadataValue.int(row_count)
     if partition_row_count is not None:
@@ -438,7 +438,8 @@ def index_coverage(
 # a beta API: its warning would reach the stderr of every `memory` command that imports this module.
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", dg.BetaWarning)
-    source_files, extracted_content, memory_chunks, chunk_embeddings, memory_vectors, index_coverage = dg.with_source_code_references(
+    # Typed as the union of every asset kind it accepts; given AssetsDefinitions it returns AssetsDefinitions.
+    source_files, extracted_content, memory_chunks, chunk_embeddings, memory_vectors, index_coverage = dg.with_source_code_references(  # pyright: ignore[reportAssignmentType]
         [source_files, extracted_content, memory_chunks, chunk_embeddings, memory_vectors, index_coverage]
     )
 

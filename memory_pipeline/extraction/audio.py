@@ -51,7 +51,8 @@ def load_audio(src: OpenedFile, deadline: Deadline) -> np.ndarray:
 
     try:
         with src.stream() as fh:
-            return decode_audio(fh, sampling_rate=SAMPLE_RATE)
+            # faster-whisper's annotation also allows the (left, right) pair that only split_stereo=True returns
+            return decode_audio(fh, sampling_rate=SAMPLE_RATE)  # pyright: ignore[reportReturnType]
     except Exception as first:  # noqa: BLE001 - PyAV raises its own error types for every container/codec problem
         try:
             raw = run_tool(

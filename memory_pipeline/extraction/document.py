@@ -26,7 +26,7 @@ import os
 import zipfile
 from collections.abc import Iterator
 from html.parser import HTMLParser
-from typing import BinaryIO
+from typing import IO
 
 from memory_pipeline.discovery import DOCX_MIME
 from memory_pipeline.errors import ExtractionError
@@ -69,7 +69,7 @@ def check_zip(zf: zipfile.ZipFile, path: str, options: MediaOptions) -> None:
 class _Bounded(io.RawIOBase):
     """Reads at most ``limit`` bytes of an inflating stream; more is an ExtractionError, not more memory."""
 
-    def __init__(self, raw: BinaryIO, limit: int, path: str, name: str) -> None:
+    def __init__(self, raw: IO[bytes], limit: int, path: str, name: str) -> None:
         self.raw, self.limit, self.path, self.name_in_zip = raw, limit, path, name
         self.seen = 0
 
@@ -116,7 +116,7 @@ def _table_rows(tbl) -> Iterator[str]:
             yield " | ".join(cells)
 
 
-def _body_blocks(stream: BinaryIO) -> Iterator[str]:
+def _body_blocks(stream: io.RawIOBase) -> Iterator[str]:
     """Paragraphs and table rows of ``word/document.xml``, in order, one body element in memory at a time."""
     import defusedxml.ElementTree as SafeET
 

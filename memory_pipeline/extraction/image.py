@@ -45,7 +45,7 @@ def open_image(fh: BinaryIO, abs_path: str, options: MediaOptions):
 
 def _register_heif() -> None:
     try:
-        from pillow_heif import register_heif_opener
+        from pillow_heif import register_heif_opener  # pyright: ignore[reportMissingImports]  (optional extra, often absent)
     except ImportError:
         return
     register_heif_opener()

@@ -46,7 +46,8 @@ def _content_text(content: Any) -> str:
 
 def _message(record: dict) -> tuple[str, str, str] | None:
     """(role, text, timestamp) of a user/assistant record, else None."""
-    msg = record.get("message") if isinstance(record.get("message"), dict) else record
+    message = record.get("message")
+    msg = message if isinstance(message, dict) else record
     role = msg.get("role") or record.get("role") or record.get("type")
     role = _ROLES.get(str(role).lower()) if role else None
     if role is None:

@@ -34,7 +34,8 @@ def probe(src: OpenedFile) -> tuple[float, bool, int, int]:
             video = container.streams.video
             if not video:
                 raise ExtractionError(src.path, "no video stream in the file")
-            duration = (container.duration or 0) / 1_000_000
+            # av.open's stubs give an input container only for mode="r"; a file object opened "rb" is one too
+            duration = (container.duration or 0) / 1_000_000  # pyright: ignore[reportAttributeAccessIssue]
             return duration, bool(container.streams.audio), video[0].width, video[0].height
     except ExtractionError:
         raise

@@ -17,6 +17,7 @@ import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -73,7 +74,7 @@ class LocalProvider:
         self.batch_size = batch_size
         self._st = None
         self._direct = None  # (model, tokenizer, pooling) when the stack allows the direct path
-        self._tokenizer = None
+        self._tokenizer: Any = None  # tokenizers.Tokenizer, else the model's own (transformers) tokenizer
         self._lock = threading.Lock()
         self._config = self._read_config()
         self._pooling = self._direct_pooling()
@@ -222,7 +223,10 @@ class LocalProvider:
     def dims(self) -> int:
         if self._config.get("dims"):
             return int(self._config["dims"])
-        return int(self._load_st().get_sentence_embedding_dimension())
+        dims = self._load_st().get_sentence_embedding_dimension()
+        if dims is None:  # int(None) would be a TypeError with no word of the model
+            raise ProviderUnavailable(f"cannot tell the dimensions of local model {self.model}", provider="local")
+        return int(dims)
 
     @property
     def max_input_tokens(self) -> int:

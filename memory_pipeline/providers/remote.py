@@ -28,9 +28,10 @@ import random
 import re
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -162,7 +163,7 @@ class RemoteProvider:
     max_texts_per_request = 96
     max_tokens_per_request = 100_000
 
-    def __init__(self, model: str | None, dims: int | None, remote: ResolvedRemote, *, env: dict | None = None) -> None:
+    def __init__(self, model: str | None, dims: int | None, remote: ResolvedRemote, *, env: Mapping[str, str] | None = None) -> None:
         env = os.environ if env is None else env
         self.model = model or self.default_model
         self.remote = remote
@@ -182,7 +183,7 @@ class RemoteProvider:
         self.requested_dims = dims
         self._dims = dims or self.info.dims or 0
         self._limiter = RateLimiter(remote.requests_per_minute, remote.tokens_per_minute)
-        self._client = None
+        self._client: Any = None  # the provider's SDK or httpx client, opened on first use
         self._client_lock = threading.Lock()
         self.stats = {"requests": 0, "retries": 0, "split_texts": 0, "rate_limited_s": 0.0}
         self._stats_lock = threading.Lock()
@@ -262,15 +263,12 @@ class RemoteProvider:
                 weights.append(len(part))
         groups = self._group(pieces, weights)
         timeout = self.remote.query_timeout_s if kind == "query" else self.remote.timeout_s
-        results: list[np.ndarray | None] = [None] * len(groups)
         if len(groups) == 1 or self.remote.concurrency <= 1:
-            for gi, idx in enumerate(groups):
-                results[gi] = self._call([pieces[i] for i in idx], kind, timeout, sum(weights[i] for i in idx))
+            results = [self._call([pieces[i] for i in idx], kind, timeout, sum(weights[i] for i in idx)) for idx in groups]
         else:
             with ThreadPoolExecutor(max_workers=min(self.remote.concurrency, len(groups)), thread_name_prefix=f"{self.name}-embed") as pool:
                 futures = [pool.submit(self._call, [pieces[i] for i in idx], kind, timeout, sum(weights[i] for i in idx)) for idx in groups]
-                for gi, fut in enumerate(futures):
-                    results[gi] = fut.result()
+                results = [fut.result() for fut in futures]
         piece_vecs = np.zeros((len(pieces), results[0].shape[1]), dtype=np.float32)
         for idx, vecs in zip(groups, results):
             piece_vecs[idx] = vecs
@@ -296,8 +294,11 @@ class RemoteProvider:
             groups.append(cur)
         return groups
 
-    def _call(self, texts: list[str], kind: str, timeout: float, tokens: int) -> np.ndarray:
-        """One request with the retry policy; returns sanitized (not yet normalized) vectors."""
+    def _call(self, texts: list, kind: str, timeout: float, tokens: int) -> np.ndarray:
+        """One request with the retry policy; returns sanitized (not yet normalized) vectors.
+
+        ``texts`` is what the provider's ``_send`` takes: strings, or gemini's media items.
+        """
         attempts = self.remote.max_retries + 1 if kind == "document" else min(self.remote.max_retries, 2) + 1
         last: RemoteCallError | None = None
         for attempt in range(attempts):

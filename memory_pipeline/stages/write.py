@@ -85,7 +85,8 @@ def write_vectors(
         waiting = _docs_waiting_for_vectors(data, shard, chunks, ident)
         if waiting:
             # Their vectors are in a batch job still running: they keep their current rows until it is in.
-            chunks = chunks.filter(pc.invert(pc.is_in(chunks.column("doc_id"), pa.array(sorted(waiting)))))
+            # pyarrow.compute's functions are generated at import time: its stubs do not list them
+            chunks = chunks.filter(pc.invert(pc.is_in(chunks.column("doc_id"), pa.array(sorted(waiting)))))  # pyright: ignore[reportAttributeAccessIssue]
             replaced = [d for d in replaced if d not in waiting]
             stats.files_pending += len(waiting)
         rows = table_rows(chunks, settings, shard, ident, now)
