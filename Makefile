@@ -109,7 +109,7 @@ notebook: venv
 
 # Regenerates the shipped sample media (deterministic: the same bytes every time).
 sample-media: venv
-	$(BIN)/python -m memory_pipeline.sample_media data/sample/media
+	$(BIN)/python -m memory_pipeline_tests.sample_media data/sample/media
 
 clean:
 	rm -rf data/index benchmarks/work .pytest_cache

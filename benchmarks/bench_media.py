@@ -2,7 +2,7 @@
 
     python benchmarks/bench_media.py [--images N] [--audio N] [--pdf-pages N] [--pad-mb M] [--out FILE]
 
-Generates media with memory_pipeline.sample_media (text images, espeak-ng speech,
+Generates media with memory_pipeline_tests.sample_media (text images, espeak-ng speech,
 text PDFs) in a temp folder, measures each extractor on its own (images/s of OCR,
 audio seconds transcribed per wall second, PDF pages/s), then runs `memory index`
 over all of it in a child process and reports that process's peak RSS. ``--pad-mb``
@@ -26,7 +26,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from memory_pipeline import sample_media as sm  # noqa: E402
+from memory_pipeline_tests import sample_media as sm  # noqa: E402
 from memory_pipeline.discovery import sniff_file  # noqa: E402
 from memory_pipeline.extraction import MediaOptions, extract  # noqa: E402
 

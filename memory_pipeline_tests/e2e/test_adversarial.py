@@ -22,7 +22,7 @@ import psutil
 import pyarrow.parquet as pq
 import pytest
 
-from memory_pipeline import sample_media as sm
+from memory_pipeline_tests import sample_media as sm
 from memory_pipeline_tests.conftest import write_config
 from memory_pipeline_tests.helpers import REPO, run_cli
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from memory_pipeline import sample_media as sm
+from memory_pipeline_tests import sample_media as sm
 
 VOICE = "The quarterly budget review moved to Thursday afternoon because the finance team is travelling."
 

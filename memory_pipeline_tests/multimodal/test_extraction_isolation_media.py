@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from memory_pipeline import sample_media as sm
+from memory_pipeline_tests import sample_media as sm
 from memory_pipeline.discovery import sniff_file
 from memory_pipeline.extraction import MediaOptions, extract
 

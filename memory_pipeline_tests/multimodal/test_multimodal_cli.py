@@ -14,7 +14,7 @@ from pathlib import Path
 import lancedb
 import pytest
 
-from memory_pipeline import sample_media as sm
+from memory_pipeline_tests import sample_media as sm
 from memory_pipeline_tests.conftest import write_config
 from memory_pipeline_tests.helpers import run_cli, run_json
 

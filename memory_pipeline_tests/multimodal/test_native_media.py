@@ -8,7 +8,7 @@ import shutil
 import lancedb
 from PIL import Image
 
-from memory_pipeline import sample_media as sm
+from memory_pipeline_tests import sample_media as sm
 from memory_pipeline_tests.conftest import write_config
 from memory_pipeline_tests.fakes.gemini_server import GeminiFake, decode_bytes
 from memory_pipeline_tests.helpers import run_json

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from memory_pipeline import sample_media as sm
+from memory_pipeline_tests import sample_media as sm
 
 pytestmark = pytest.mark.slow
 RAG = "/api/agentos/rag/multimodal"

@@ -195,7 +195,7 @@ def test_cli_search_falls_back_in_process_without_a_live_server(tmp_path, memory
 
 
 def test_retrieval_mode_native_without_native_vectors_is_an_error(server, memory_config, tmp_path):
-    from memory_pipeline import sample_media as sm
+    from memory_pipeline_tests import sample_media as sm
 
     image = sm.text_image(tmp_path / "q.png", ["ACME CORP receipt"])
     done = memory("search", "--config", str(memory_config), "--image", str(image), "--retrieval-mode", "native", cwd=memory_config.parent)

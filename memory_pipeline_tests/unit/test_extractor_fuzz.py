@@ -28,7 +28,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memory_pipeline import sample_media as sm
+from memory_pipeline_tests import sample_media as sm
 from memory_pipeline.discovery import DOCX_MIME, sniff_file
 from memory_pipeline.errors import ExtractionError
 from memory_pipeline.extraction import ExtractionWorker, MediaOptions, extract

@@ -1,6 +1,6 @@
 """Deterministic sample media: text images (Pillow), speech (espeak-ng), a video (ffmpeg), PDFs and a docx.
 
-``python -m memory_pipeline.sample_media data/sample/media`` writes the media of the
+``python -m memory_pipeline_tests.sample_media data/sample/media`` writes the media of the
 shipped sample memory; the tests build their media with the same functions. The
 same inputs give the same bytes on every run (fixed sizes, no timestamps in the
 files: ffmpeg runs with ``-bitexact``, the PDFs are written by hand).
