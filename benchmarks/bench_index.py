@@ -192,61 +192,205 @@ def _loadavg() -> list[float] | None:
 # --- synthetic corpora ---------------------------------------------------------------------
 
 PEOPLE = [
-    "Priya", "Marcus", "Sven", "Leila", "Tomás", "Joost", "Amara", "Kenji", "Sofia", "Dmitri",
-    "Hannah", "Mateo", "Yuki", "Olu", "Ingrid", "Rafael", "Mei", "Lars", "Nadia", "Callum",
+    "Priya",
+    "Marcus",
+    "Sven",
+    "Leila",
+    "Tomás",
+    "Joost",
+    "Amara",
+    "Kenji",
+    "Sofia",
+    "Dmitri",
+    "Hannah",
+    "Mateo",
+    "Yuki",
+    "Olu",
+    "Ingrid",
+    "Rafael",
+    "Mei",
+    "Lars",
+    "Nadia",
+    "Callum",
 ]
 TEAMS = ["platform", "data", "support", "billing", "routing", "mobile", "security", "growth", "infra", "search"]
 SYSTEMS = [
-    "the routing service", "the billing pipeline", "the warehouse loader", "the support chatbot",
-    "the Kubernetes cluster", "the Postgres primary", "the nightly export job", "the feature-flag service",
-    "the event bus", "the courier app", "the metrics stack", "the search index", "the auth gateway",
-    "the invoice generator", "the geocoding cache", "the deployment pipeline", "the label printer bridge",
-    "the data retention job", "the on-call rota", "the staging environment",
+    "the routing service",
+    "the billing pipeline",
+    "the warehouse loader",
+    "the support chatbot",
+    "the Kubernetes cluster",
+    "the Postgres primary",
+    "the nightly export job",
+    "the feature-flag service",
+    "the event bus",
+    "the courier app",
+    "the metrics stack",
+    "the search index",
+    "the auth gateway",
+    "the invoice generator",
+    "the geocoding cache",
+    "the deployment pipeline",
+    "the label printer bridge",
+    "the data retention job",
+    "the on-call rota",
+    "the staging environment",
 ]
 VERBS_PAST = [
-    "migrated", "rewrote", "profiled", "benchmarked", "reviewed", "paused", "rolled back", "documented",
-    "simplified", "split", "merged", "instrumented", "patched", "retired", "tested", "audited",
-    "rebuilt", "tuned", "moved", "debugged",
+    "migrated",
+    "rewrote",
+    "profiled",
+    "benchmarked",
+    "reviewed",
+    "paused",
+    "rolled back",
+    "documented",
+    "simplified",
+    "split",
+    "merged",
+    "instrumented",
+    "patched",
+    "retired",
+    "tested",
+    "audited",
+    "rebuilt",
+    "tuned",
+    "moved",
+    "debugged",
 ]
 VERBS_BASE = [
-    "migrate", "rewrite", "profile", "benchmark", "review", "pause", "roll back", "document",
-    "simplify", "split", "merge", "instrument", "patch", "retire", "test", "audit",
-    "rebuild", "tune", "move", "debug",
+    "migrate",
+    "rewrite",
+    "profile",
+    "benchmark",
+    "review",
+    "pause",
+    "roll back",
+    "document",
+    "simplify",
+    "split",
+    "merge",
+    "instrument",
+    "patch",
+    "retire",
+    "test",
+    "audit",
+    "rebuild",
+    "tune",
+    "move",
+    "debug",
 ]
 ADJ = [
-    "flaky", "slow", "noisy", "fragile", "expensive", "outdated", "surprising", "critical", "stable",
-    "clumsy", "promising", "half-finished", "overdue", "confusing", "solid", "risky", "lightweight",
-    "painful", "elegant", "brittle",
+    "flaky",
+    "slow",
+    "noisy",
+    "fragile",
+    "expensive",
+    "outdated",
+    "surprising",
+    "critical",
+    "stable",
+    "clumsy",
+    "promising",
+    "half-finished",
+    "overdue",
+    "confusing",
+    "solid",
+    "risky",
+    "lightweight",
+    "painful",
+    "elegant",
+    "brittle",
 ]
 NOUNS = [
-    "latency", "retry logic", "schema", "dashboard", "runbook", "alerting", "connection pool", "cache",
-    "batch size", "index", "timeout", "queue depth", "error budget", "release checklist", "config file",
-    "rate limit", "backfill", "test suite", "memory footprint", "log volume", "dependency", "API contract",
-    "migration plan", "failover", "capacity estimate",
+    "latency",
+    "retry logic",
+    "schema",
+    "dashboard",
+    "runbook",
+    "alerting",
+    "connection pool",
+    "cache",
+    "batch size",
+    "index",
+    "timeout",
+    "queue depth",
+    "error budget",
+    "release checklist",
+    "config file",
+    "rate limit",
+    "backfill",
+    "test suite",
+    "memory footprint",
+    "log volume",
+    "dependency",
+    "API contract",
+    "migration plan",
+    "failover",
+    "capacity estimate",
 ]
 TIMES = [
-    "on Monday", "last week", "yesterday", "this morning", "before the release", "after standup",
-    "during the incident", "over the weekend", "in the retro", "on Thursday", "at the planning meeting",
-    "late on Friday", "in the last sprint", "before lunch", "after the outage",
+    "on Monday",
+    "last week",
+    "yesterday",
+    "this morning",
+    "before the release",
+    "after standup",
+    "during the incident",
+    "over the weekend",
+    "in the retro",
+    "on Thursday",
+    "at the planning meeting",
+    "late on Friday",
+    "in the last sprint",
+    "before lunch",
+    "after the outage",
 ]
 REASONS = [
-    "because the old version kept timing out", "since nobody trusted the numbers", "to unblock the mobile team",
-    "so that on-call gets fewer pages", "because the costs doubled in a month", "to prepare for the audit",
-    "because customers noticed the delay", "to make the next migration boring", "since the vendor ended support",
-    "because the tests took forty minutes", "to cut the p99 in half", "so new hires can follow it",
+    "because the old version kept timing out",
+    "since nobody trusted the numbers",
+    "to unblock the mobile team",
+    "so that on-call gets fewer pages",
+    "because the costs doubled in a month",
+    "to prepare for the audit",
+    "because customers noticed the delay",
+    "to make the next migration boring",
+    "since the vendor ended support",
+    "because the tests took forty minutes",
+    "to cut the p99 in half",
+    "so new hires can follow it",
 ]
 OUTCOMES = [
-    "it worked better than expected", "the results were mixed", "we still need more data",
-    "nobody objected", "the numbers improved by about a third", "it broke two downstream reports",
-    "the team agreed to keep it", "we decided to revisit it next quarter", "it exposed an old bug",
+    "it worked better than expected",
+    "the results were mixed",
+    "we still need more data",
+    "nobody objected",
+    "the numbers improved by about a third",
+    "it broke two downstream reports",
+    "the team agreed to keep it",
+    "we decided to revisit it next quarter",
+    "it exposed an old bug",
     "it saved roughly an hour a day",
 ]
 PLACES = ["Rotterdam", "Lisbon", "Berlin", "Taipei", "Oslo", "Montreal", "Nairobi", "Valencia", "Kraków", "Seoul"]
 HOBBIES = ["sourdough", "bouldering", "hiking", "chess", "cycling", "pottery", "running", "film photography"]
 SECTION_TITLES = [
-    "Context", "What happened", "Decisions", "Open questions", "Next steps", "Notes from the meeting",
-    "Risks", "Ideas", "Follow-ups", "Background", "Numbers", "People involved", "Lessons learned",
-    "Timeline", "Links and references", "Personal",
+    "Context",
+    "What happened",
+    "Decisions",
+    "Open questions",
+    "Next steps",
+    "Notes from the meeting",
+    "Risks",
+    "Ideas",
+    "Follow-ups",
+    "Background",
+    "Numbers",
+    "People involved",
+    "Lessons learned",
+    "Timeline",
+    "Links and references",
+    "Personal",
 ]
 
 TEMPLATES = [
@@ -276,9 +420,20 @@ def _fill(rng: random.Random, tmpl: str) -> str:
     a, a2 = rng.sample(ADJ, 2)
     i = rng.randrange(len(VERBS_BASE))
     s = tmpl.format(
-        p=p, p2=p2, vp=VERBS_PAST[i], vb=VERBS_BASE[i], sys=rng.choice(SYSTEMS), t=rng.choice(TIMES),
-        r=rng.choice(REASONS), o=rng.choice(OUTCOMES), n=rng.choice(NOUNS), a=a, a2=a2,
-        team=rng.choice(TEAMS), place=rng.choice(PLACES), hobby=rng.choice(HOBBIES),
+        p=p,
+        p2=p2,
+        vp=VERBS_PAST[i],
+        vb=VERBS_BASE[i],
+        sys=rng.choice(SYSTEMS),
+        t=rng.choice(TIMES),
+        r=rng.choice(REASONS),
+        o=rng.choice(OUTCOMES),
+        n=rng.choice(NOUNS),
+        a=a,
+        a2=a2,
+        team=rng.choice(TEAMS),
+        place=rng.choice(PLACES),
+        hobby=rng.choice(HOBBIES),
     )
     return s[0].upper() + s[1:]
 
@@ -335,15 +490,7 @@ def short_note(rng: random.Random, idx: int, day: dt.date) -> str:
 
 def write_config(root: Path, provider: str = "local") -> Path:
     cfg = root / "memory_pipeline.yaml"
-    cfg.write_text(
-        "# generated by benchmarks/bench_index.py\n"
-        "data_dir: data\n"
-        "sources:\n"
-        "  - name: notes\n"
-        "    path: notes\n"
-        f"provider: {provider}\n"
-        "model: null\n"
-    )
+    cfg.write_text(f"# generated by benchmarks/bench_index.py\ndata_dir: data\nsources:\n  - name: notes\n    path: notes\nprovider: {provider}\nmodel: null\n")
     return cfg
 
 
@@ -403,7 +550,10 @@ class Bench:
         started = time.perf_counter()
         proc = subprocess.Popen(
             [self.python, "-c", WRAPPER, rusage_path, *cmd],
-            stdout=out_f, stderr=err_f, env=self.env, cwd=str(REPO),
+            stdout=out_f,
+            stderr=err_f,
+            env=self.env,
+            cwd=str(REPO),
         )
         peak_tree = 0
         peak_lock = threading.Lock()
@@ -728,10 +878,7 @@ class Bench:
                 measured["model_loaded"] = check["model_loaded"]
                 measured["modules_imported"] = check["modules"]
                 t2["pass"] = bool(
-                    rec2["wall_s"] <= NOOP_MAX_S
-                    and summary2["chunks_embedded"] == 0
-                    and summary2["files_changed"] == 0
-                    and not check["model_loaded"]
+                    rec2["wall_s"] <= NOOP_MAX_S and summary2["chunks_embedded"] == 0 and summary2["files_changed"] == 0 and not check["model_loaded"]
                 )
                 self.log(
                     f"  no-op re-index: {rec2['wall_s']:.2f}s, {summary2['chunks_embedded']} embedded, "
@@ -762,9 +909,7 @@ class Bench:
             small, large = t4_measured["small"], t4_measured["large"]
             growth = (large["peak_mb"] - small["peak_mb"]) / small["peak_mb"]
             t4["growth"] = round(growth, 3)
-            t4["pass"] = bool(
-                small["peak_mb"] <= RSS_MAX_MB and large["peak_mb"] <= RSS_MAX_MB and growth <= RSS_FLAT_TOLERANCE
-            )
+            t4["pass"] = bool(small["peak_mb"] <= RSS_MAX_MB and large["peak_mb"] <= RSS_MAX_MB and growth <= RSS_FLAT_TOLERANCE)
             self.log(
                 f"  peak {small['peak_mb']} MB @ {small['files']} files, {large['peak_mb']} MB @ {large['files']} files, "
                 f"growth {growth:+.1%} ({'PASS' if t4['pass'] else 'FAIL'})"
@@ -803,7 +948,7 @@ class Bench:
             "implementation": platform.python_implementation(),
             "platform": platform.platform(),
             "processor": platform.processor() or platform.machine(),
-            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "loadavg_start": _loadavg(),
         }
         try:
@@ -860,7 +1005,7 @@ class Bench:
             "runs": runs,
             "errors": self.errors,
             "duration_s": round(time.time() - self.started, 1),
-            "finished_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "finished_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         }
 
     def summary_text(self, res: dict) -> str:
@@ -877,9 +1022,7 @@ class Bench:
                     f"       pipeline {ms['pipeline_wall_s']:.2f}s / encode-only {ms['encode_only_s']:.2f}s = ratio {t['ratio']:.3f}"
                     f"  ({ms['files']} files, {ms['chunks']} chunks, {ms['tokens_cl100k']} tokens)"
                 )
-                lines.append(
-                    f"       encode side: import {ms['encode_import_s']:.2f}s, model load {ms['encode_model_load_s']:.2f}s (not in the ratio)"
-                )
+                lines.append(f"       encode side: import {ms['encode_import_s']:.2f}s, model load {ms['encode_model_load_s']:.2f}s (not in the ratio)")
             elif key == "2_noop" and "wall_s" in ms:
                 lines.append(
                     f"       {ms['files']} files: {ms['wall_s']:.2f}s wall, {ms['chunks_embedded']} embedded, "

@@ -26,9 +26,9 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from memory_pipeline_tests import sample_media as sm  # noqa: E402
 from memory_pipeline.discovery import sniff_file  # noqa: E402
 from memory_pipeline.extraction import MediaOptions, extract  # noqa: E402
+from memory_pipeline_tests import sample_media as sm  # noqa: E402
 
 SENTENCES = [
     "The quarterly budget review moved to Thursday afternoon because the finance team is travelling.",
@@ -44,7 +44,9 @@ def make_media(root: Path, images: int, audio: int, pdf_pages: int, pad_mb: int)
         made["image"].append(sm.text_image(root / f"receipt-{i:03d}.jpg", [f"VENDOR {i}", f"Invoice {1000 + i}", f"TOTAL EUR {i * 3 + 7}.00"]))
     for i in range(audio):
         made["audio"].append(sm.speech_audio(root / f"voice-{i:03d}.mp3", SENTENCES[i % len(SENTENCES)]))
-    made["pdf"].append(sm.text_pdf(root / "report.pdf", [[f"Page {p} of the report", f"Topic number {p} discussed at length"] for p in range(1, pdf_pages + 1)]))
+    made["pdf"].append(
+        sm.text_pdf(root / "report.pdf", [[f"Page {p} of the report", f"Topic number {p} discussed at length"] for p in range(1, pdf_pages + 1)])
+    )
     rng = np.random.default_rng(7)
     from PIL import Image
 

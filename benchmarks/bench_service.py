@@ -23,13 +23,12 @@ import json
 import os
 import platform
 import random
-import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -115,7 +114,7 @@ def main() -> int:
     args = ap.parse_args()
     rng = random.Random(14)
     queries = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 5))) for _ in range(200)]
-    out: dict = {"started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": platform.machine(),
+    out: dict = {"started_at": datetime.now(UTC).isoformat(timespec="seconds"), "machine": platform.machine(),
                  "cpus": os.cpu_count(), "notes": args.notes}  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="bench-service-") as tmp:
         root = Path(tmp)
@@ -123,7 +122,7 @@ def main() -> int:
         mem.mkdir()
         write_notes(mem, args.notes, rng)
         cfg = root / "memory_pipeline.yaml"
-        cfg.write_text(f"data_dir: index\nsources: [{{name: mem, path: mem}}]\nprovider: local\n")
+        cfg.write_text("data_dir: index\nsources: [{name: mem, path: mem}]\nprovider: local\n")
         t = time.perf_counter()
         done = memory("index", "--config", str(cfg), "--json", cwd=root)
         if done.returncode != 0:

@@ -16,9 +16,7 @@ from memory_pipeline.defs.sensors import batch_jobs_sensor
 from memory_pipeline.search import search
 from memory_pipeline.settings import load_settings
 from memory_pipeline_tests.batch.conftest import batch_config
-
 from memory_pipeline_tests.helpers import asset_metadata, materialize
-
 
 
 def _vectors(config: Path) -> dict[str, np.ndarray]:

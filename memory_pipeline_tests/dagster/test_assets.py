@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import dagster as dg
-import pytest
 
 from memory_pipeline.definitions import defs
 from memory_pipeline.defs.partitions import FULL_RANGE_TAGS, MAINTENANCE_TAG, shard_partitions
@@ -17,8 +15,7 @@ from memory_pipeline.defs.sensors import memory_files_sensor
 from memory_pipeline.discovery import shard_of
 from memory_pipeline.search import search
 from memory_pipeline.settings import load_settings
-from memory_pipeline_tests.helpers import table_rows, asset_metadata, materialize
-
+from memory_pipeline_tests.helpers import asset_metadata, materialize, table_rows
 
 
 def test_definitions_load_and_name_everything():
@@ -108,12 +105,7 @@ def test_metadata_never_carries_secrets(sample_config: Path, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-SECRET-value-1234567890abcdef")
     with dg.instance_for_test() as instance:
         result = materialize(sample_config, instance, tags=dict(FULL_RANGE_TAGS))
-        text = json.dumps(
-            [
-                {k: str(v) for k, v in e.event_specific_data.materialization.metadata.items()}
-                for e in result.get_asset_materialization_events()
-            ]
-        )
+        text = json.dumps([{k: str(v) for k, v in e.event_specific_data.materialization.metadata.items()} for e in result.get_asset_materialization_events()])
     assert "SECRET-value" not in text
     # The transcript's pasted key was redacted before it reached the table.
     rows = table_rows(load_settings(sample_config).data_dir)

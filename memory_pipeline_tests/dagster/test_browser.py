@@ -53,8 +53,6 @@ def _artifacts() -> Path:
     return out
 
 
-
-
 def _wait_until_loaded(port: int, proc: subprocess.Popen, log: Path, timeout: float = 240) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

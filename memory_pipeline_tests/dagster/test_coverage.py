@@ -96,7 +96,12 @@ def test_coverage_equals_the_truth(sample_config: Path, sample_dir: Path):
     assert not checks["index_coverage_threshold_check"].passed
     failing = checks["index_coverage_threshold_check"].metadata["offending_paths"].value
     assert failing == ["memory/2026-10-19.md", "memory/latin1.md"]
-    for name in ("index_coverage_no_orphans_check", "index_coverage_no_duplicates_check", "index_coverage_single_model_check", "index_coverage_fts_current_check"):
+    for name in (
+        "index_coverage_no_orphans_check",
+        "index_coverage_no_duplicates_check",
+        "index_coverage_single_model_check",
+        "index_coverage_fts_current_check",
+    ):
         assert checks[name].passed, name
 
 

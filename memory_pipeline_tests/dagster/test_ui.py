@@ -16,8 +16,6 @@ from memory_pipeline_tests.helpers import REPO, free_port, graphql
 pytestmark = pytest.mark.slow
 
 
-
-
 def test_dagster_dev_serves_the_asset_graph(tmp_path: Path, sample_config: Path):
     home = tmp_path / "dagster_home"
     home.mkdir()
@@ -45,7 +43,7 @@ def test_dagster_dev_serves_the_asset_graph(tmp_path: Path, sample_config: Path)
         keys = {n["assetKey"]["path"][0] for n in data["data"]["assetNodes"]}
         assert keys == {"source_files", "extracted_content", "memory_chunks", "chunk_embeddings", "memory_vectors", "index_coverage"}
         assert {n["groupName"] for n in data["data"]["assetNodes"]} == {"memory_index"}
-        jobs = graphql(port, '{ repositoriesOrError { ... on RepositoryConnection { nodes { jobs { name } sensors { name } schedules { name } } } } }')
+        jobs = graphql(port, "{ repositoriesOrError { ... on RepositoryConnection { nodes { jobs { name } sensors { name } schedules { name } } } } }")
         repo = jobs["data"]["repositoriesOrError"]["nodes"][0]
         assert "index_job" in {j["name"] for j in repo["jobs"]}
         assert {s["name"] for s in repo["sensors"]} == {"memory_files_sensor", "batch_jobs_sensor"}

@@ -72,10 +72,8 @@ def _secret_carriers(mem: Path, tmp: Path) -> None:
     d = mem / "secrets"
     d.mkdir()
     (d / "note.md").write_text("# Credentials I should not have pasted\n" + "\n".join(lines) + "\n" + PEM + "\nafter the key\n")
-    (d / "session.jsonl").write_text(
-        "\n".join(json.dumps({"role": "user", "content": f"remember {text}"}) for text, _ in SECRETS.values()) + "\n"
-    )
-    (d / "table.csv").write_text("name,value\n" + "\n".join(f"{n},\"{t}\"" for n, (t, _) in SECRETS.items()) + "\n")
+    (d / "session.jsonl").write_text("\n".join(json.dumps({"role": "user", "content": f"remember {text}"}) for text, _ in SECRETS.values()) + "\n")
+    (d / "table.csv").write_text("name,value\n" + "\n".join(f'{n},"{t}"' for n, (t, _) in SECRETS.items()) + "\n")
     (d / "config.json").write_text(json.dumps({n: t for n, (t, _) in SECRETS.items()}))
     (d / "page.html").write_text("<html><body>" + "".join(f"<p>{t}</p>" for t, _ in SECRETS.values()) + "</body></html>")
     (d / "data.xml").write_text("<?xml version='1.0'?><r>" + "".join(f"<s>{t}</s>" for t, _ in SECRETS.values()) + "</r>")
@@ -100,8 +98,10 @@ def _broken_files(mem: Path, tmp: Path) -> dict[str, str]:
     big = json.dumps({"role": "user", "content": "long repeated line " * 270_000})  # ~5 MB on one line
     (b / "huge-line.jsonl").write_text(big + "\n")
     (b / "broken.jsonl").write_text(
-        json.dumps({"role": "user", "content": "first good line about the harbour"}) + "\n{not json\n"
-        + json.dumps({"role": "assistant", "content": "second good line"}) + "\n[truncated\n"
+        json.dumps({"role": "user", "content": "first good line about the harbour"})
+        + "\n{not json\n"
+        + json.dumps({"role": "assistant", "content": "second good line"})
+        + "\n[truncated\n"
     )
     (b / "nul.md").write_bytes(b"# nul\n" + b"plain text line\n" * 700 + b"after\x00the\x00nuls\n")
     (b / "evil\nname.md").write_text("# a file name with a newline\nstill a fine note\n")
@@ -202,7 +202,7 @@ def test_adversarial_folder(tmp_path: Path):
         flipper.stop.set()
         done.set()
         flipper.join()
-    for rc, out, err in runs:
+    for rc, _out, err in runs:
         assert rc == 0, err[-3000:]
         assert "Traceback" not in err
     summary = json.loads(runs[0][1])

@@ -223,8 +223,14 @@ class FakeServer:
             if fault in ("429", "500", "503", "400", "401", "403"):
                 status = int(fault)
                 extra = {"Retry-After": f"{self.retry_after:g}"} if status == 429 else {}
-                msg = {429: "Rate limit reached for requests", 500: "The server had an error", 503: "Service unavailable",
-                       400: "Invalid request", 401: "Incorrect API key provided", 403: "Permission denied"}[status]
+                msg = {
+                    429: "Rate limit reached for requests",
+                    500: "The server had an error",
+                    503: "Service unavailable",
+                    400: "Invalid request",
+                    401: "Incorrect API key provided",
+                    403: "Permission denied",
+                }[status]
                 return self._send(h, status, extra, self.error_body(status, msg))
             if fault == "timeout":
                 time.sleep(self.timeout_s)

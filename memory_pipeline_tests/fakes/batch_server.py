@@ -98,8 +98,19 @@ class _FilesAndBatches(BatchState):
                 return 400, {}, self.error_body(400, "purpose must be batch")
             fid = self.next_id("file-")
             self.files[fid] = parts["file"].get_payload(decode=True)
-            return 200, {}, {"id": fid, "object": "file", "bytes": len(self.files[fid]), "created_at": int(time.time()),
-                             "filename": parts["file"].get_filename(), "purpose": "batch", "status": "processed"}
+            return (
+                200,
+                {},
+                {
+                    "id": fid,
+                    "object": "file",
+                    "bytes": len(self.files[fid]),
+                    "created_at": int(time.time()),
+                    "filename": parts["file"].get_filename(),
+                    "purpose": "batch",
+                    "status": "processed",
+                },
+            )
         m = re.fullmatch(r"/v1/files/([\w-]+)/content", path)
         if method == "GET" and m:
             if m.group(1) not in self.files:
@@ -133,8 +144,18 @@ class _FilesAndBatches(BatchState):
             return 400, {}, self.error_body(400, "request_params.model is required")
         bid = self.next_id("batch_")
         lines = [json.loads(x) for x in self.files[req["input_file_id"]].decode().splitlines() if x.strip()]
-        self.batches[bid] = {"id": bid, "lines": lines, "req": req, "fault": fault, "polls": 0, "status": "validating",
-                             "output_file_id": None, "error_file_id": None, "errors": None, "counts": None}
+        self.batches[bid] = {
+            "id": bid,
+            "lines": lines,
+            "req": req,
+            "fault": fault,
+            "polls": 0,
+            "status": "validating",
+            "output_file_id": None,
+            "error_file_id": None,
+            "errors": None,
+            "counts": None,
+        }
         return 200, {}, self._batch_obj(self.batches[bid])
 
     def _advance(self, b: dict) -> None:
@@ -151,12 +172,23 @@ class _FilesAndBatches(BatchState):
         ok, bad = [], []
         for i, line in enumerate(b["lines"]):
             if b["fault"] == "partial" and i % 3 == 0:
-                bad.append({"id": f"batch_req_{i}", "custom_id": line["custom_id"], "error": None,
-                            "response": {"status_code": 500, "request_id": f"req_{i}",
-                                         "body": self.error_body(500, "internal error embedding this input")}})
+                bad.append(
+                    {
+                        "id": f"batch_req_{i}",
+                        "custom_id": line["custom_id"],
+                        "error": None,
+                        "response": {"status_code": 500, "request_id": f"req_{i}", "body": self.error_body(500, "internal error embedding this input")},
+                    }
+                )
             elif b["fault"] == "expire" and i >= len(b["lines"]) // 2:
-                bad.append({"id": f"batch_req_{i}", "custom_id": line["custom_id"], "response": None,
-                            "error": {"code": "batch_expired", "message": "This request could not be executed before the completion window expired."}})
+                bad.append(
+                    {
+                        "id": f"batch_req_{i}",
+                        "custom_id": line["custom_id"],
+                        "response": None,
+                        "error": {"code": "batch_expired", "message": "This request could not be executed before the completion window expired."},
+                    }
+                )
             else:
                 ok.append(self._line_ok(b, line, i))
         for kind, rows in (("output_file_id", ok), ("error_file_id", bad)):
@@ -170,16 +202,33 @@ class _FilesAndBatches(BatchState):
         model, texts, dims = self._line_request(b, line)
         data = [{"object": "embedding", "index": j, "embedding": self.vector(t, dims)} for j, t in enumerate(texts)]
         n = sum(fake_tokens(t) for t in texts)
-        return {"id": f"batch_req_{i}", "custom_id": line["custom_id"], "error": None,
-                "response": {"status_code": 200, "request_id": f"req_{i}",
-                             "body": {"object": "list", "data": data, "model": model, "usage": {"prompt_tokens": n, "total_tokens": n}}}}
+        return {
+            "id": f"batch_req_{i}",
+            "custom_id": line["custom_id"],
+            "error": None,
+            "response": {
+                "status_code": 200,
+                "request_id": f"req_{i}",
+                "body": {"object": "list", "data": data, "model": model, "usage": {"prompt_tokens": n, "total_tokens": n}},
+            },
+        }
 
     def _batch_obj(self, b: dict) -> dict:
         counts = b["counts"] or {"total": len(b["lines"]), "completed": 0, "failed": 0}
-        return {"id": b["id"], "object": "batch", "endpoint": "/v1/embeddings", "errors": b["errors"],
-                "input_file_id": b["req"]["input_file_id"], "completion_window": b["req"]["completion_window"],
-                "status": b["status"], "output_file_id": b["output_file_id"], "error_file_id": b["error_file_id"],
-                "created_at": int(time.time()), "request_counts": counts, "metadata": b["req"].get("metadata")}
+        return {
+            "id": b["id"],
+            "object": "batch",
+            "endpoint": "/v1/embeddings",
+            "errors": b["errors"],
+            "input_file_id": b["req"]["input_file_id"],
+            "completion_window": b["req"]["completion_window"],
+            "status": b["status"],
+            "output_file_id": b["output_file_id"],
+            "error_file_id": b["error_file_id"],
+            "created_at": int(time.time()),
+            "request_counts": counts,
+            "metadata": b["req"].get("metadata"),
+        }
 
 
 class OpenAIBatchFake(_FilesAndBatches, OpenAIFake):
@@ -241,8 +290,16 @@ class GeminiBatchFake(BatchState, GeminiFake):
             if any(r["request"].get("taskType") != "RETRIEVAL_DOCUMENT" for r in reqs):
                 return 400, {}, self.error_body(400, "taskType must be RETRIEVAL_DOCUMENT")
             name = f"batches/{self.next_id('gb')}"
-            self.batches[name] = {"name": name, "model": m.group(2), "reqs": reqs, "fault": fault, "polls": 0,
-                                  "state": "BATCH_STATE_PENDING", "output": None, "display": body["batch"].get("displayName", "")}
+            self.batches[name] = {
+                "name": name,
+                "model": m.group(2),
+                "reqs": reqs,
+                "fault": fault,
+                "polls": 0,
+                "state": "BATCH_STATE_PENDING",
+                "output": None,
+                "display": body["batch"].get("displayName", ""),
+            }
             return 200, {}, self._job_obj(self.batches[name])
         m = re.fullmatch(r"/(v1\w*)/(batches/[\w-]+)(:cancel)?", path)
         if m:
@@ -275,16 +332,22 @@ class GeminiBatchFake(BatchState, GeminiFake):
                 continue
             values, err = self._embed_one(b["model"], {**r["request"], "model": f"models/{b['model']}"}, False)
             text = " ".join(p.get("text", "") for p in r["request"]["content"]["parts"])
-            responses.append({"error": {"code": 3, "message": err}} if values is None
-                             else {"response": {"embedding": {"values": values}, "tokenCount": fake_tokens(text)}})
+            responses.append(
+                {"error": {"code": 3, "message": err}} if values is None else {"response": {"embedding": {"values": values}, "tokenCount": fake_tokens(text)}}
+            )
         b["output"] = {"inlinedResponses": {"inlinedResponses": responses}}
         b["state"] = "BATCH_STATE_SUCCEEDED"
 
     @staticmethod
     def _job_obj(b: dict) -> dict:
-        meta = {"@type": "type.googleapis.com/google.ai.generativelanguage.v1main.EmbedContentBatch",
-                "model": f"models/{b['model']}", "displayName": b["display"], "state": b["state"],
-                "createTime": "2026-11-30T02:00:00Z", "updateTime": "2026-11-30T02:00:01Z"}
+        meta = {
+            "@type": "type.googleapis.com/google.ai.generativelanguage.v1main.EmbedContentBatch",
+            "model": f"models/{b['model']}",
+            "displayName": b["display"],
+            "state": b["state"],
+            "createTime": "2026-11-30T02:00:00Z",
+            "updateTime": "2026-11-30T02:00:01Z",
+        }
         if b["output"] is not None:
             meta["output"] = b["output"]
         return {"name": b["name"], "metadata": meta}

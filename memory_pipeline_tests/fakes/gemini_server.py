@@ -22,8 +22,15 @@ from memory_pipeline_tests.fakes.base import FakeServer
 
 MODEL_DIMS = {"gemini-embedding-001": 3072, "gemini-embedding-2-preview": 3072, "text-embedding-004": 768}
 MULTIMODAL_MODELS = ("gemini-embedding-2-preview", "gemini-embedding-2")
-_STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
-           429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 503: "UNAVAILABLE"}
+_STATUS = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    429: "RESOURCE_EXHAUSTED",
+    500: "INTERNAL",
+    503: "UNAVAILABLE",
+}
 _PATH_RE = re.compile(r"^/(v1beta|v1|v1alpha)/models/([^/:]+):(batchEmbedContents|embedContent)$")
 
 

@@ -35,10 +35,14 @@ class MistralFake(FakeServer):
             dims = dims // 2 or 1
         data = [{"object": "embedding", "embedding": self.vector(t, dims), "index": i} for i, t in enumerate(inputs)]
         tokens = sum(len(t.split()) for t in inputs)
-        return 200, {}, {
-            "id": uuid.uuid4().hex,
-            "object": "list",
-            "data": data,
-            "model": body["model"],
-            "usage": {"prompt_tokens": tokens, "total_tokens": tokens, "completion_tokens": 0},
-        }
+        return (
+            200,
+            {},
+            {
+                "id": uuid.uuid4().hex,
+                "object": "list",
+                "data": data,
+                "model": body["model"],
+                "usage": {"prompt_tokens": tokens, "total_tokens": tokens, "completion_tokens": 0},
+            },
+        )

@@ -31,7 +31,7 @@ class OllamaFake(FakeServer):
         if not model:
             return None, {"error": "model is required"}
         if model.split(":")[0] not in self.models:
-            return None, {"error": f"model \"{model}\" not found, try pulling it first"}
+            return None, {"error": f'model "{model}" not found, try pulling it first'}
         return model, None
 
     def inputs(self, request):
@@ -56,13 +56,17 @@ class OllamaFake(FakeServer):
             dims = body.get("dimensions") or MODEL_DIMS.get(model.split(":")[0], self.dims)
             if wrong_dims:
                 dims = dims // 2 or 1
-            return 200, {}, {
-                "model": model,
-                "embeddings": [self.vector(t, dims) for t in inputs],
-                "total_duration": 1000,
-                "load_duration": 10,
-                "prompt_eval_count": sum(len(t.split()) for t in inputs),
-            }
+            return (
+                200,
+                {},
+                {
+                    "model": model,
+                    "embeddings": [self.vector(t, dims) for t in inputs],
+                    "total_duration": 1000,
+                    "load_duration": 10,
+                    "prompt_eval_count": sum(len(t.split()) for t in inputs),
+                },
+            )
         if method == "POST" and path == "/api/embeddings":
             model, err = self._model(body)
             if err:

@@ -27,6 +27,8 @@ def media(tmp_path_factory) -> dict[str, Path]:
         "silent_video": sm.video(d / "silent.mov", None, ["QUARTERLY TARGETS", "Revenue up 12 percent"], seconds=3),
         "pdf": sm.text_pdf(d / "contract.pdf", [["Courier services agreement", "Term: twelve months"], ["Service levels", "Penalty: 2 percent"]]),
         "scanned_pdf": sm.scanned_pdf(d / "scan.pdf", ["INVOICE 2291", "Harbour storage rent", "Due 2026-12-15"]),
-        "docx": sm.docx_file(d / "handbook.docx", "On-call handbook", ["Page the secondary after fifteen minutes."], [["Service", "Owner"], ["routing-api", "Dana"]]),
+        "docx": sm.docx_file(
+            d / "handbook.docx", "On-call handbook", ["Page the secondary after fifteen minutes."], [["Service", "Owner"], ["routing-api", "Dana"]]
+        ),
     }
     return out

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from memory_pipeline_tests import sample_media as sm
 from memory_pipeline.discovery import sniff_file
 from memory_pipeline.extraction import MediaOptions, extract
+from memory_pipeline_tests import sample_media as sm
 
 from .conftest import VOICE
 

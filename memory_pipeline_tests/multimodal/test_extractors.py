@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from memory_pipeline_tests import sample_media as sm
 from memory_pipeline.discovery import sniff_file
 from memory_pipeline.errors import ExtractionError
 from memory_pipeline.extraction import MediaOptions, extract
+from memory_pipeline_tests import sample_media as sm
 
 from .conftest import VOICE
 
@@ -154,7 +154,7 @@ def corrupt_media(folder: Path, media) -> dict[str, tuple[Path, str]]:
     pdf = media["pdf"].read_bytes()
     (folder / "garbage.pdf").write_bytes(b"%PDF-1.4\n" + bytes(range(256)) * 8)
     xref = pdf.index(b"xref\n")
-    broken = pdf[:xref] + b"xref\n0 7\n0000000000 65535 f \n" + b"9999999999 00000 n \n" * 6 + pdf[pdf.index(b"trailer"):]
+    broken = pdf[:xref] + b"xref\n0 7\n0000000000 65535 f \n" + b"9999999999 00000 n \n" * 6 + pdf[pdf.index(b"trailer") :]
     (folder / "broken-xref.pdf").write_bytes(broken)
     (folder / "empty.mp3").write_bytes(b"")
     (folder / "noise.mp3").write_bytes(b"ID3\x04\x00\x00\x00\x00\x00\x00" + b"\x13\x37" * 500)

@@ -7,7 +7,6 @@ with `memory store`. Everything is real: tesseract, Whisper, LanceDB, Dagster.
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 

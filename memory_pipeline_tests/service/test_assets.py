@@ -120,7 +120,9 @@ def test_native_modes_need_native_vectors(server, files, mode):
     resp = server.http.post(f"{RAG}/images/query", files={"image": ("q.png", files["query_image"].read_bytes(), "image/png")}, data={"retrievalMode": mode})
     assert resp.status_code == 422 and resp.json()["field"] == "retrievalMode"
     assert "native media vectors" in resp.json()["error"]
-    resp = server.http.post(f"{RAG}/images/query", files={"image": ("q.png", files["query_image"].read_bytes(), "image/png")}, data={"retrievalMode": "psychic"})
+    resp = server.http.post(
+        f"{RAG}/images/query", files={"image": ("q.png", files["query_image"].read_bytes(), "image/png")}, data={"retrievalMode": "psychic"}
+    )
     assert resp.status_code == 422 and resp.json()["field"] == "retrievalMode"
 
 

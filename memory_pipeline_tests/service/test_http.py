@@ -4,7 +4,6 @@ status, errors that name the field, the body cap, traversal, the server file and
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 

@@ -198,8 +198,15 @@ def test_wait_timeout_cancels_the_job_and_falls_back(fake, store):
 
 
 def test_a_submission_whose_process_died_is_resubmitted(fake, store):
-    dead = store.begin(provider="openai", provider_key="pk", model="m", hashes=list(TEXTS), tokens=[1] * len(TEXTS),
-                       shards=[], submitter={"pid": 2**22 + 7, "host": __import__("socket").gethostname()})
+    dead = store.begin(
+        provider="openai",
+        provider_key="pk",
+        model="m",
+        hashes=list(TEXTS),
+        tokens=[1] * len(TEXTS),
+        shards=[],
+        submitter={"pid": 2**22 + 7, "host": __import__("socket").gethostname()},
+    )
     out = engine(make_backend(fake), store).run(TEXTS, TOKENS)
     assert set(out.vectors) == set(TEXTS) and out.metrics.jobs_submitted == 1
     assert store.get(dead).state == "lost"

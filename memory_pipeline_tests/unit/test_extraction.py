@@ -124,7 +124,7 @@ def test_session_messages_are_redacted(tmp_path):
 
 @pytest.mark.parametrize(
     "text",
-    ["not json at all\n{broken\n", "[1, 2]\n\"a string\"\n42\n", "\x00\x01garbage\n"],
+    ["not json at all\n{broken\n", '[1, 2]\n"a string"\n42\n', "\x00\x01garbage\n"],
     ids=["prose", "json non-objects", "control bytes"],
 )
 def test_session_of_garbage_fails(tmp_path, text):

@@ -101,9 +101,7 @@ def docx_bomb(path: Path, paragraphs: int = 1_100_000) -> Path:
         parts.append(f"<w:p><w:r><w:t>{rnd.choice(words)}{rnd.randrange(10**6)}</w:t></w:r></w:p>")
     xml = (
         "<?xml version='1.0' encoding='UTF-8' standalone='yes'?>"
-        "<w:document xmlns:w='http://schemas.openxmlformats.org/wordprocessingml/2006/main'><w:body>"
-        + "".join(parts)
-        + "</w:body></w:document>"
+        "<w:document xmlns:w='http://schemas.openxmlformats.org/wordprocessingml/2006/main'><w:body>" + "".join(parts) + "</w:body></w:document>"
     ).encode()
     out = io.BytesIO()
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED, compresslevel=6) as zf:

@@ -43,9 +43,7 @@ def test_many_broken_lines_list_is_capped(tmp_path):
     lines = [msg("kept")] + ["{oops"] * 25 + ['"a string"', "[1]"]
     segments = extract(write(tmp_path, "s.jsonl", "\n".join(lines)), "session")
     assert len(segments) == 1
-    assert segments.warning == (
-        "25 lines are not valid JSON: 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, …; 2 lines are JSON but not an object: 27, 28"
-    )
+    assert segments.warning == ("25 lines are not valid JSON: 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, …; 2 lines are JSON but not an object: 27, 28")
 
 
 def test_one_broken_line_is_singular_and_clean_files_have_no_warning(tmp_path):
@@ -55,7 +53,11 @@ def test_one_broken_line_is_singular_and_clean_files_have_no_warning(tmp_path):
 
 @pytest.mark.parametrize("stamp", [10**400, 1e308, float("inf"), -(10**30), "9" * 5000, {"a": 1}])
 def test_session_odd_timestamps_never_crash(tmp_path, stamp):
-    line = json.dumps({"role": "user", "content": "hi", "timestamp": stamp}) if stamp != float("inf") else '{"role": "user", "content": "hi", "timestamp": Infinity}'
+    line = (
+        json.dumps({"role": "user", "content": "hi", "timestamp": stamp})
+        if stamp != float("inf")
+        else '{"role": "user", "content": "hi", "timestamp": Infinity}'
+    )
     (seg,) = extract(write(tmp_path, "s.jsonl", line), "session")
     assert seg.text == "hi" and "\n" not in seg.label
 

@@ -28,10 +28,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memory_pipeline_tests import sample_media as sm
 from memory_pipeline.discovery import DOCX_MIME, sniff_file
 from memory_pipeline.errors import ExtractionError
 from memory_pipeline.extraction import ExtractionWorker, MediaOptions, extract
+from memory_pipeline_tests import sample_media as sm
 
 # A failing example's repr can be a whole mutated file: hypothesis warns that it is long, and that is fine.
 pytestmark = pytest.mark.filterwarnings("ignore:Generating overly large repr")
@@ -43,9 +43,7 @@ settings.register_profile("fuzz-long", max_examples=2400, **_COMMON)
 PROFILE = settings.get_profile(f"fuzz-{os.environ.get(FUZZ_ENV, 'quick')}")
 
 # Tight limits, so a hang costs seconds: the contract is that the worker kills it there.
-OPTIONS = MediaOptions(
-    timeout_seconds=4, max_extract_seconds=8, max_extract_mb=768, pdf_max_pages=5, max_segments=2_000, max_chars=200_000
-)
+OPTIONS = MediaOptions(timeout_seconds=4, max_extract_seconds=8, max_extract_mb=768, pdf_max_pages=5, max_segments=2_000, max_chars=200_000)
 SLACK_SECONDS = 3.0
 
 
@@ -157,7 +155,11 @@ _JSON = st.recursive(
 _RECORD = st.fixed_dictionaries(
     {"role": st.sampled_from(["user", "assistant", "system", "tool", "human", "", "model"])},
     optional={
-        "content": st.one_of(st.text(max_size=200), st.lists(st.one_of(st.text(max_size=40), st.fixed_dictionaries({"type": st.just("text"), "text": st.text(max_size=80)})), max_size=4), _JSON),
+        "content": st.one_of(
+            st.text(max_size=200),
+            st.lists(st.one_of(st.text(max_size=40), st.fixed_dictionaries({"type": st.just("text"), "text": st.text(max_size=80)})), max_size=4),
+            _JSON,
+        ),
         "timestamp": st.one_of(st.text(max_size=30), st.integers(), st.floats(), st.none()),
         "message": _JSON,
         "type": st.sampled_from(["message", "session", "assistant"]),

@@ -86,7 +86,7 @@ def test_rollback_and_prune(tmp_path):
     create(s, new, meta("b", 8), rows=2)
     generations.switch(s, new)
     assert generations.rollback(s)["current"] == "memory_vectors"
-    assert generations.current(s) [1]["model"] == "a"
+    assert generations.current(s)[1]["model"] == "a"
     generations.rollback(s)
     assert generations.prune(s) == ["memory_vectors"]
     assert not VectorStore(s.lancedb_uri, "memory_vectors").exists()

@@ -92,9 +92,24 @@ SHAPES: list[Shape] = [
     Shape("github gho_", "oauth {S}", "gho_" + fake(ALNUM, 36, "gho"), kind="github-token"),
     Shape("github fine-grained", "pat {S}", "github_pat_" + fake(ALNUM, 22, "pat1") + "_" + fake(ALNUM, 59, "pat2"), kind="github-token"),
     Shape("gitlab glpat-", "gitlab {S}", "glpat-" + fake(URLSAFE, 20, "glpat"), kind="gitlab-token"),
-    Shape("slack xoxb-", "bot {S}", "xoxb-" + fake("0123456789", 12, "xb1") + "-" + fake("0123456789", 13, "xb2") + "-" + fake(ALNUM, 24, "xb3"), kind="slack-token"),
-    Shape("slack xoxp-", "user {S}", "xoxp-" + fake("0123456789", 12, "xp1") + "-" + fake("0123456789", 12, "xp2") + "-" + fake(LOWER_HEX, 32, "xp3"), kind="slack-token"),
-    Shape("slack webhook", "alerts go to {S}", "https://hooks.slack.com/services/T" + fake(UPPER_DIGITS, 8, "wt") + "/B" + fake(UPPER_DIGITS, 8, "wb") + "/" + fake(ALNUM, 24, "wh"), kind="slack-webhook"),
+    Shape(
+        "slack xoxb-",
+        "bot {S}",
+        "xoxb-" + fake("0123456789", 12, "xb1") + "-" + fake("0123456789", 13, "xb2") + "-" + fake(ALNUM, 24, "xb3"),
+        kind="slack-token",
+    ),
+    Shape(
+        "slack xoxp-",
+        "user {S}",
+        "xoxp-" + fake("0123456789", 12, "xp1") + "-" + fake("0123456789", 12, "xp2") + "-" + fake(LOWER_HEX, 32, "xp3"),
+        kind="slack-token",
+    ),
+    Shape(
+        "slack webhook",
+        "alerts go to {S}",
+        "https://hooks.slack.com/services/T" + fake(UPPER_DIGITS, 8, "wt") + "/B" + fake(UPPER_DIGITS, 8, "wb") + "/" + fake(ALNUM, 24, "wh"),
+        kind="slack-webhook",
+    ),
     Shape("stripe sk_live_", "stripe {S}", "sk_live_" + fake(ALNUM, 24, "skl"), kind="stripe-key"),
     Shape("stripe rk_live_", "restricted {S}", "rk_live_" + fake(ALNUM, 24, "rkl"), kind="stripe-key"),
     Shape("stripe sk_test_", "test mode {S}", "sk_test_" + fake(ALNUM, 24, "skt"), kind="stripe-key"),
@@ -115,10 +130,22 @@ SHAPES: list[Shape] = [
     _pem_shape("pem openssh without end", "OPENSSH", end=False),
     _pem_shape("pem pkcs8 without end", "", end=False),
     Shape("postgres url", "db at postgres://admin:{S}@db:5432/notes", "Hunter2FakePass", keep=("postgres://admin:", "@db:5432/notes"), kind="password"),
-    Shape("postgresql+driver url", "postgresql+psycopg://app:{S}@10.0.0.5/app", "pa55-Word!x", keep=("postgresql+psycopg://app:", "@10.0.0.5/app"), kind="password"),
+    Shape(
+        "postgresql+driver url",
+        "postgresql+psycopg://app:{S}@10.0.0.5/app",
+        "pa55-Word!x",
+        keep=("postgresql+psycopg://app:", "@10.0.0.5/app"),
+        kind="password",
+    ),
     Shape("mysql url", "mysql://root:{S}@mysql.internal:3306/wp", "r00tPw-fake", keep=("mysql://root:", "@mysql.internal:3306/wp"), kind="password"),
     Shape("redis url, no user", "cache redis://:{S}@cache:6379/0", "redisFakePw9", keep=("redis://:", "@cache:6379/0"), kind="password"),
-    Shape("mongodb+srv url", "mongodb+srv://svc:{S}@cluster0.ab1cd.mongodb.net/db", "M0ngoFake$pw", keep=("mongodb+srv://svc:", "@cluster0.ab1cd.mongodb.net/db"), kind="password"),
+    Shape(
+        "mongodb+srv url",
+        "mongodb+srv://svc:{S}@cluster0.ab1cd.mongodb.net/db",
+        "M0ngoFake$pw",
+        keep=("mongodb+srv://svc:", "@cluster0.ab1cd.mongodb.net/db"),
+        kind="password",
+    ),
     Shape("amqp url", "broker amqp://guest:{S}@rabbit:5672/", "rabbitFake77", keep=("amqp://guest:", "@rabbit:5672/"), kind="password"),
     Shape("https url with token", "git clone https://ana:{S}@github.com/org/repo.git", "ghtokenFake1234", keep=("https://ana:", "@github.com/org/repo.git")),
     Shape("export X_SECRET=", "export APP_SECRET={S}", "Zx81Lm02Qa77Pq", keep=("APP_SECRET=",)),
@@ -130,7 +157,13 @@ SHAPES: list[Shape] = [
     Shape("client_secret_id:", "client_secret_id: {S}", "cs_Fake82kdLq", keep=("client_secret_id:",)),
     Shape("json api_key", '"api_key": "{S}"', "q9w8e7r6t5y4u3i2", keep=('"api_key"',), kind="api-key"),
     Shape("yaml secret:", "secret: {S}", "Zq8vP2mN4kL7", keep=("secret:",)),
-    Shape("access_token= in a url", "https://api.example.com/v1/items?access_token={S}&page=2", fake(ALNUM, 32, "qs"), keep=("access_token=", "&page=2"), kind="token"),
+    Shape(
+        "access_token= in a url",
+        "https://api.example.com/v1/items?access_token={S}&page=2",
+        fake(ALNUM, 32, "qs"),
+        keep=("access_token=", "&page=2"),
+        kind="token",
+    ),
     Shape("authorization bearer", "Authorization: Bearer {S}", fake(URLSAFE, 40, "bearer") + "7", keep=("Authorization: Bearer",), kind="token"),
     Shape("authorization basic", "Authorization: Basic {S}", base64.b64encode(b"ana:fake-password-42").decode(), keep=("Authorization: Basic",)),
     Shape("x-api-key header", "x-api-key: {S}", fake(ALNUM, 40, "xapikey"), keep=("x-api-key:",), kind="api-key"),
@@ -139,7 +172,9 @@ SHAPES: list[Shape] = [
     Shape("pypi token", "pypi {S}", "pypi-AgEIcHlwaS5vcmc" + fake(URLSAFE, 120, "pypi"), kind="pypi-token"),
     Shape("sendgrid", "mail {S}", "SG." + fake(URLSAFE, 22, "sg1") + "." + fake(URLSAFE, 43, "sg2"), kind="sendgrid-key"),
     Shape("twilio api key", "twilio {S}", "SK" + fake(LOWER_HEX, 32, "twilio"), kind="twilio-key"),
-    Shape("discord bot token", "discord {S}", "MTA" + fake(ALNUM, 21, "d1") + "." + fake(URLSAFE, 6, "d2") + "." + fake(URLSAFE, 27, "d3"), kind="discord-token"),
+    Shape(
+        "discord bot token", "discord {S}", "MTA" + fake(ALNUM, 21, "d1") + "." + fake(URLSAFE, 6, "d2") + "." + fake(URLSAFE, 27, "d3"), kind="discord-token"
+    ),
     Shape("telegram bot token", "telegram {S}", "123456789:AA" + fake(URLSAFE, 33, "tg"), kind="telegram-token"),
     Shape(
         "azure storage connection string",
@@ -185,20 +220,35 @@ def _xml_rendered(shape: Shape) -> str:
 
 CARRIERS = [
     Carrier("markdown line", lambda s: f"## Deploy\n\n- {s.line}\n- then restart the worker\n", keep=("## Deploy", "- then restart the worker")),
-    Carrier("sentence", lambda s: f"Yesterday I pasted {s.line} into the chat by mistake, please rotate it.", keep=("Yesterday I pasted", "into the chat by mistake, please rotate it.")),
-    Carrier("json rendered", lambda s: f"messages[3].content: {s.line}\nmessages[4].content: thanks", keep=("messages[3].content:", "messages[4].content: thanks")),
     Carrier(
-        "json raw", lambda s: json.dumps({"role": "user", "content": f"look: {s.line}\nthanks"}),
-        keep=('{"role": "user", "content": "look: ', 'thanks"}'), escape=lambda part: json.dumps(part)[1:-1],
+        "sentence",
+        lambda s: f"Yesterday I pasted {s.line} into the chat by mistake, please rotate it.",
+        keep=("Yesterday I pasted", "into the chat by mistake, please rotate it."),
+    ),
+    Carrier(
+        "json rendered", lambda s: f"messages[3].content: {s.line}\nmessages[4].content: thanks", keep=("messages[3].content:", "messages[4].content: thanks")
+    ),
+    Carrier(
+        "json raw",
+        lambda s: json.dumps({"role": "user", "content": f"look: {s.line}\nthanks"}),
+        keep=('{"role": "user", "content": "look: ', 'thanks"}'),
+        escape=lambda part: json.dumps(part)[1:-1],
     ),  # fmt: skip
     Carrier("csv rendered", lambda s: f"date: 2026-03-01; note: {s.line}; owner: ana", keep=("date: 2026-03-01; note: ", "; owner: ana")),
     Carrier(
-        "csv raw", lambda s: '2026-03-01,"' + s.line.replace('"', '""') + '",ana',
-        keep=('2026-03-01,"', '",ana'), escape=lambda part: part.replace('"', '""'),
+        "csv raw",
+        lambda s: '2026-03-01,"' + s.line.replace('"', '""') + '",ana',
+        keep=('2026-03-01,"', '",ana'),
+        escape=lambda part: part.replace('"', '""'),
     ),  # fmt: skip
     Carrier("xml rendered", _xml_rendered, keep=("note: ",), keeps_key=False),
     Carrier("html raw", lambda s: f"<tr><td>ops</td><td>{s.line}</td></tr>", keep=("<tr><td>ops</td><td>", "</td></tr>")),
-    Carrier("ocr line", lambda s: "Il SCREENSHOT 0F TERMlNAL | " + _ocr_noise(s.template, s.name).replace("{S}", s.secret) + " | lNFO d0ne", keep=("Il SCREENSHOT 0F TERMlNAL |", "| lNFO d0ne"), keeps_key=False),
+    Carrier(
+        "ocr line",
+        lambda s: "Il SCREENSHOT 0F TERMlNAL | " + _ocr_noise(s.template, s.name).replace("{S}", s.secret) + " | lNFO d0ne",
+        keep=("Il SCREENSHOT 0F TERMlNAL |", "| lNFO d0ne"),
+        keeps_key=False,
+    ),
 ]
 
 
@@ -464,9 +514,14 @@ def test_secret_in_a_five_mb_line_is_found_near_window_edges() -> None:
 @pytest.mark.parametrize(
     "value",
     [
-        "sk-proj-" + fake(ALNUM, 48, "lls1"), "AIza" + fake(URLSAFE, 35, "lls2"), "ghp_" + fake(ALNUM, 36, "lls3"),
-        "sk-ant-api03-" + fake(URLSAFE, 60, "lls4"), "pa-" + fake(ALNUM, 43, "voyage"), fake(ALNUM, 32, "mistral") + "Aa1",
-        "postgres://u:pw-fake-1@db/x", JWT,
+        "sk-proj-" + fake(ALNUM, 48, "lls1"),
+        "AIza" + fake(URLSAFE, 35, "lls2"),
+        "ghp_" + fake(ALNUM, 36, "lls3"),
+        "sk-ant-api03-" + fake(URLSAFE, 60, "lls4"),
+        "pa-" + fake(ALNUM, 43, "voyage"),
+        fake(ALNUM, 32, "mistral") + "Aa1",
+        "postgres://u:pw-fake-1@db/x",
+        JWT,
     ],  # fmt: skip
 )
 def test_looks_like_secret_true(value: str) -> None:
@@ -476,9 +531,21 @@ def test_looks_like_secret_true(value: str) -> None:
 @pytest.mark.parametrize(
     "value",
     [
-        "all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2", "text-embedding-3-small", "gemini-embedding-2-preview",
-        "voyage-4-large", "mistral-embed", "nomic-embed-text", "BAAI/bge-large-en-v1.5", "/models/my-model", "openai",
-        "notes", "3f2a9c7e1b4d5f6a8c9e0b1d2f3a4c5e6f7a8b9c", "123e4567-e89b-12d3-a456-426614174000", "", "https://api.example.com/v1",
+        "all-MiniLM-L6-v2",
+        "sentence-transformers/all-MiniLM-L6-v2",
+        "text-embedding-3-small",
+        "gemini-embedding-2-preview",
+        "voyage-4-large",
+        "mistral-embed",
+        "nomic-embed-text",
+        "BAAI/bge-large-en-v1.5",
+        "/models/my-model",
+        "openai",
+        "notes",
+        "3f2a9c7e1b4d5f6a8c9e0b1d2f3a4c5e6f7a8b9c",
+        "123e4567-e89b-12d3-a456-426614174000",
+        "",
+        "https://api.example.com/v1",
     ],  # fmt: skip
 )
 def test_looks_like_secret_false(value: str) -> None:

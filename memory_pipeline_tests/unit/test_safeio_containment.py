@@ -173,7 +173,10 @@ def test_root_given_through_a_link(tree, tmp_path):
         pytest.param(lambda t: (t["root"] / "out.md").symlink_to(t["secret"]) or t["root"] / "out.md", id="file link"),
         pytest.param(lambda t: (t["root"] / "rel.md").symlink_to("../outside/passwd") or t["root"] / "rel.md", id="relative"),
         pytest.param(lambda t: (t["root"] / "d").symlink_to(t["outside"]) or t["root"] / "d" / "passwd", id="folder link"),
-        pytest.param(lambda t: (t["root"] / "hop.md").symlink_to("sub/hop2.md") or (t["root"] / "sub" / "hop2.md").symlink_to(t["secret"]) or t["root"] / "hop.md", id="two hops"),
+        pytest.param(
+            lambda t: (t["root"] / "hop.md").symlink_to("sub/hop2.md") or (t["root"] / "sub" / "hop2.md").symlink_to(t["secret"]) or t["root"] / "hop.md",
+            id="two hops",
+        ),
         pytest.param(lambda t: t["root"] / ".." / "outside" / "passwd", id="dot-dot"),
     ],
 )
