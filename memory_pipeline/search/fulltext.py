@@ -134,6 +134,26 @@ class TextLeg:
         got = sum(self.floors.get(t, 0.0) for t, test in self.presence.items() if self.floors.get(t) and test(folded))
         return min(1.0, got / total)
 
+    def fill_truncated(self, folded_text: Callable[[dict], str]) -> None:
+        """A term's hit list is cut at ``limit``: a chunk found through another term that holds
+        this one too, but ranked below the cut, gets the cut's score (the most it can have had)
+        rather than nothing, so a rare word does not lose its document to the truncation of a
+        common word's list."""
+        cut = {t: f for t, f in self.floors.items() if f > 0}
+        if not cut:
+            return
+        for cid, row in self.rows.items():
+            terms = self.chunk_terms.setdefault(cid, {})
+            missing = [t for t in cut if t not in terms]
+            if not missing:
+                continue
+            folded = folded_text(row)
+            doc = self._docs.setdefault(row.get("doc_id") or cid, {})
+            for t in missing:
+                if self.presence[t](folded):
+                    terms[t] = cut[t]
+                    doc[t] = max(doc.get(t, 0.0), cut[t])
+
     def add(self, term: str, rows: list[dict], weight: float | None, floor: float) -> None:
         self.weights[term] = weight if weight is not None else 0.0
         self.floors[term] = floor
@@ -203,6 +223,7 @@ def text_leg(
                 r["_score"] = 1.0 if term.matches(folded_text(r)) else 0.0
             leg.presence[term.text + "*"] = term.matches
             leg.add(term.text + "*", [dict(r) for r in rows if r["_score"] > 0], 1.0, 0.0)
+    leg.fill_truncated(folded_text)
     return leg
 
 
