@@ -2,9 +2,9 @@
 
 A file already inside a source folder is indexed where it is; any other file is
 copied into ``<source>/media/`` (never over a different file of the same name).
-The note is written beside the file as ``<file>.note.md``: it is searchable as a
-note of its own, and it is part of the file's derived text (changing it re-indexes
-the file).
+The note is written beside the file as ``<file>.note.md``: it is part of the file's
+derived text (changing it re-indexes the file), and search lists it once, with the
+file's media result (the note file alone shows only when the file is not a result).
 """
 
 from __future__ import annotations

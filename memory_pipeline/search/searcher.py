@@ -94,6 +94,21 @@ class QueryOptions:
     query_media: tuple[tuple[str, str], ...] = ()  # (path, mime) embedded natively as the query vector
 
 
+def _without_media_notes(cands: list[Candidate]) -> list[Candidate]:
+    """A media file's note (``<file>.note.md``) is part of the file's own rows (locator ``note``):
+    when the file is among the candidates, the note file is not listed a second time."""
+    from memory_pipeline.discovery import NOTE_SUFFIX
+
+    media = {(c.row["source"], c.row["path"]) for c in cands if c.row.get("memory_type") == "media"}
+    if not media:
+        return cands
+    return [
+        c
+        for c in cands
+        if not (c.row["path"].endswith(NOTE_SUFFIX) and (c.row["source"], c.row["path"][: -len(NOTE_SUFFIX)]) in media)
+    ]
+
+
 class MemorySearcher:
     """The table and provider opened once; each ``search`` is one query (what eval and benchmarks reuse)."""
 
@@ -214,6 +229,7 @@ class MemorySearcher:
         cands = list(candidates.values())
         self._score(cands, mode, opts, identifier_terms(vector_text))
         cands = abstain(cands, opts.min_score)
+        cands = _without_media_notes(cands)
         cands.sort(key=lambda c: (-c.score, -c.st_chunk, -c.sv, c.row["path"], c.row["line_start"]))
         if opts.mmr and len(cands) > 1:
             cands = mmr(cands, parsed.highlight_terms, opts.mmr_lambda, limit=len(cands))

@@ -89,6 +89,10 @@ def test_store_copies_indexes_and_marks_media(memory):
     # text stays text
     note_rows = [r for r in _rows(memory) if r["path"] == "memory/2026-11-05.md"]
     assert {r["memory_type"] for r in note_rows} == {"text"} and {r["media_type"] for r in note_rows} == {None}
+    # The stored file's note is listed once, with its media result: not a second time as a note file.
+    hits = _search(memory, "vendor receipt Acme Corp meeting", "--max-results", "10", "--min-score", "0")["results"]
+    paths = [h["path"] for h in hits]
+    assert str(stored) in paths and str(stored) + ".note.md" not in paths, paths
     # the video, with its note
     proc = run_cli("store", "--config", str(memory["cfg"]), "--file", str(memory["outside"] / "demo.mp4"),
                    "--note", "Product demo showing new dashboard feature")  # fmt: skip
