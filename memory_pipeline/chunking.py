@@ -128,9 +128,7 @@ def _split_chars(text: str, max_tokens: int) -> list[str]:
     return pieces
 
 
-def _cut(
-    text: str, start: int, count: Callable[[str], int], max_tokens: int, step: int, full_search_chars: int = 0
-) -> tuple[int, int]:
+def _cut(text: str, start: int, count: Callable[[str], int], max_tokens: int, step: int, full_search_chars: int = 0) -> tuple[int, int]:
     """(end, its count) of the longest piece ``text[start:end]`` that ``count`` puts within max_tokens.
 
     The piece is one character at least, even over max_tokens; its count is -1 when not counted.
@@ -393,9 +391,7 @@ def chunk_units(
     return chunks
 
 
-def _fit_model_limit(
-    groups: list[list[_Unit]], budget: int, limit: int, count_model: ModelCounter
-) -> tuple[list[list[_Unit]], list[int]]:
+def _fit_model_limit(groups: list[list[_Unit]], budget: int, limit: int, count_model: ModelCounter) -> tuple[list[list[_Unit]], list[int]]:
     """Split every group the model's tokenizer finds over ``limit`` until all fit; never fails.
 
     First by cl100k: a group is re-packed under a budget scaled down by how far over it is, which
@@ -460,9 +456,7 @@ def _repack_smaller(group: list[_Unit], n: int, limit: int) -> list[list[_Unit]]
     return pack_units(pieces, sub_budget, 0)
 
 
-def _split_by_model(
-    group: list[_Unit], n: int, budget: int, limit: int, count_model: ModelCounter
-) -> tuple[list[list[_Unit]], list[int]]:
+def _split_by_model(group: list[_Unit], n: int, budget: int, limit: int, count_model: ModelCounter) -> tuple[list[list[_Unit]], list[int]]:
     """Split ``group`` (``n`` model tokens) into groups the model's own counter finds within ``limit``.
 
     Returns the groups, in order, and their model counts where already known (-1 where not).

@@ -30,9 +30,10 @@ import math
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import yaml
@@ -183,7 +184,7 @@ def _doc_file(i: int) -> str:
     return f"d{i:07d}.txt"
 
 
-def index_corpus(settings: Settings, beir: BeirSet, workdir: Path) -> tuple[Settings, dict[str, str], dict]:
+def index_corpus(settings: Settings, beir: BeirSet, workdir: Path) -> tuple[Settings, dict[str, str], Mapping[str, Any]]:
     """Write one file per document and run the real index over them; returns
     (the eval settings, file path -> corpus id, the index summary)."""
     from memory_pipeline.runner import run_index
@@ -321,9 +322,7 @@ def run_eval(
             "model": summary.get("model"),
             "fusion": eval_settings.query.fusion,
             "index_seconds": round(time.perf_counter() - started, 1),
-            "index_errors": [
-                {**e, "path": path_to_id.get(Path(e.get("path", "")).name, e.get("path"))} for e in summary.get("errors", [])
-            ],
+            "index_errors": [{**e, "path": path_to_id.get(Path(e.get("path", "")).name, e.get("path"))} for e in summary.get("errors", [])],
             "modes": {},
         }
         for mode in modes:

@@ -50,7 +50,7 @@ from memory_pipeline.search.folding import identifier_terms, query_terms, term_c
 from memory_pipeline.search.fulltext import fts_rows, is_phrase_query
 from memory_pipeline.search.fusion import FUSION_STRATEGIES, Fusion, RRFFusion, WeightedFusion, fusion_for
 from memory_pipeline.search.scoring import BM25_HALF, Candidate, identifier_factor
-from memory_pipeline.search.scoring import mmr as _mmr
+from memory_pipeline.search.scoring import mmr as _mmr  # noqa: F401 - the tests reach MMR through the package
 from memory_pipeline.search.searcher import MIN_POOL, MODES, MemorySearcher, QueryOptions, SearchResult, search
 from memory_pipeline.search.snippets import highlight, make_snippet
 

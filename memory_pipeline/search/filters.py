@@ -72,10 +72,7 @@ def date_range_sql(since: date | None, until: date | None) -> str:
         mtime.append(f"created_at >= TIMESTAMP '{since.isoformat()} 00:00:00'")
     if until:
         mtime.append(f"created_at < TIMESTAMP '{(until + timedelta(days=1)).isoformat()} 00:00:00'")
-    return (
-        f"(regexp_like(path, {sql_str(in_range)})) OR "
-        f"(NOT regexp_like(path, {sql_str(dated)}) AND {' AND '.join(mtime)})"
-    )
+    return f"(regexp_like(path, {sql_str(in_range)})) OR (NOT regexp_like(path, {sql_str(dated)}) AND {' AND '.join(mtime)})"
 
 
 def date_range_regex(lo: date, hi: date) -> list[str]:
@@ -98,7 +95,7 @@ def date_range_regex(lo: date, hi: date) -> list[str]:
 
 
 def _month_days(year: int, month: int) -> int:
-    return ((date(year, 12, 31) if month == 12 else date(year, month + 1, 1) - timedelta(days=1))).day
+    return (date(year, 12, 31) if month == 12 else date(year, month + 1, 1) - timedelta(days=1)).day
 
 
 def _alt(parts: list[str]) -> str:

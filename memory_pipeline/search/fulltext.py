@@ -204,15 +204,15 @@ def text_leg(
 
     for word in parsed.words:
         test = Term("word", tuple(_fold_words(word)) or (word.lower(),)).matches
-        run(word, MatchQuery(word, column), test)
+        run(word, MatchQuery(word, column), test)  # pyright: ignore[reportCallIssue] - lancedb's query models have defaults its stubs hide
     phrases_ok = phrase_ready(table, column)
     for term in parsed.phrases:
         key = '"' + term.text + '"'
         if phrases_ok:
-            run(key, PhraseQuery(term.text, column), term.matches)
+            run(key, PhraseQuery(term.text, column), term.matches)  # pyright: ignore[reportCallIssue] - see MatchQuery above
         else:
             # No positions in this index: every word must be there; adjacency is checked on the text.
-            run(key, MatchQuery(term.text, column, operator="AND"), term.matches)
+            run(key, MatchQuery(term.text, column, operator="AND"), term.matches)  # pyright: ignore[reportCallIssue] - see above
     if parsed.prefixes and not parsed.words and not parsed.phrases:
         # Only prefixes: no BM25 term to rank by; the rows holding them, each prefix one unit.
         q = table.search().where(full_where) if full_where else table.search()

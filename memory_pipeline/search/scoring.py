@@ -112,7 +112,7 @@ def mmr(cands: list[Candidate], terms: list[str], lam: float, *, limit: int) -> 
     """Greedy maximal marginal relevance: ``lam * score - (1 - lam) * max similarity to the picked``."""
     use_vectors = all(c.vector is not None for c in cands)
     if use_vectors:
-        mat = np.stack([c.vector for c in cands])
+        mat = np.stack([c.vector for c in cands if c.vector is not None])  # all of them (use_vectors)
         sims = mat @ mat.T
     else:
         sets = [set(TERM_RE.findall(fold(c.row["text"]))) for c in cands]

@@ -12,7 +12,7 @@ import logging
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from pathlib import Path
 
 import numpy as np
@@ -25,15 +25,15 @@ from memory_pipeline.search.fulltext import TextLeg, text_leg
 from memory_pipeline.search.fusion import fusion_for
 from memory_pipeline.search.scoring import (
     Candidate,
+    abstain,
     haystack,
     identifier_factor,
     mmr,
     recency_factor,
-    abstain,
     relevance,
 )
-from memory_pipeline.search.syntax import ParsedQuery, parse_query
 from memory_pipeline.search.snippets import make_snippet
+from memory_pipeline.search.syntax import ParsedQuery, parse_query
 from memory_pipeline.settings import FUSIONS, Settings, load_settings
 from memory_pipeline.stores import generations
 from memory_pipeline.stores.lance import FTS_COLUMN, VectorStore, ann_query
@@ -102,11 +102,7 @@ def _without_media_notes(cands: list[Candidate]) -> list[Candidate]:
     media = {(c.row["source"], c.row["path"]) for c in cands if c.row.get("memory_type") == "media"}
     if not media:
         return cands
-    return [
-        c
-        for c in cands
-        if not (c.row["path"].endswith(NOTE_SUFFIX) and (c.row["source"], c.row["path"][: -len(NOTE_SUFFIX)]) in media)
-    ]
+    return [c for c in cands if not (c.row["path"].endswith(NOTE_SUFFIX) and (c.row["source"], c.row["path"][: -len(NOTE_SUFFIX)]) in media)]
 
 
 class MemorySearcher:
@@ -135,9 +131,7 @@ class MemorySearcher:
             fusion=kw.get("fusion") or q.fusion,
             mmr=q.mmr if kw.get("mmr") is None else kw["mmr"],
             mmr_lambda=q.mmr_lambda if kw.get("mmr_lambda") is None else kw["mmr_lambda"],
-            recency_half_life_days=(
-                q.recency_half_life_days if kw.get("recency_half_life_days") is None else kw["recency_half_life_days"]
-            ),
+            recency_half_life_days=(q.recency_half_life_days if kw.get("recency_half_life_days") is None else kw["recency_half_life_days"]),
             filters=kw.get("filters") or SearchFilters(),
             now=kw.get("now"),
             query_media=tuple(kw.get("query_media") or ()),
@@ -240,8 +234,12 @@ class MemorySearcher:
         constraint = parsed.sql_filter(FTS_COLUMN)
         full_where = " AND ".join(f"({w})" for w in (where, constraint) if w) or None
 
+        table = self.table
+        assert table is not None  # ranked() returns early without a table
+
         def run(w: str | None) -> list[dict]:
-            q = ann_query(self.table.search(qvec, vector_column_name="vector").distance_type("cosine"), self.settings.ann)
+            # distance_type is on the vector query builder that search(vector) returns; lancedb's stubs type the base class.
+            q = ann_query(table.search(qvec, vector_column_name="vector").distance_type("cosine"), self.settings.ann)  # pyright: ignore[reportAttributeAccessIssue]
             if w:
                 q = q.where(w, prefilter=True)
             return q.select(_COLUMNS + ["vector", "_distance"]).limit(pool).to_list()
@@ -269,7 +267,7 @@ class MemorySearcher:
         for path, mime in media:
             with open(path, "rb") as fh:
                 items.append(MediaItem(label=Path(path).name, data=fh.read(), mime_type=mime))
-        vecs = self.provider.embed_media(items)
+        vecs = self.provider.embed_media(items)  # pyright: ignore[reportAttributeAccessIssue] - multimodal providers only (checked above)
         return normalize_vectors(vecs.mean(axis=0))[0]
 
     def _executor(self) -> ThreadPoolExecutor:
@@ -279,6 +277,7 @@ class MemorySearcher:
 
     def _fts(self, parsed: ParsedQuery, where: str | None, pool: int, *, with_vectors: bool) -> TextLeg:
         cols = _COLUMNS + (["vector"] if with_vectors else [])
+        assert self.table is not None  # ranked() returns early without a table
         if self._rows is None:
             self._rows = self.table.count_rows()
         return text_leg(
@@ -297,7 +296,7 @@ class MemorySearcher:
         for c, score in zip(cands, fusion.scores(cands)):
             c.score = score
         if opts.recency_half_life_days > 0:
-            today = (opts.now or datetime.now(timezone.utc)).date()
+            today = (opts.now or datetime.now(UTC)).date()
             for c in cands:
                 day = file_name_date(c.row["path"])
                 if day is None:
@@ -336,7 +335,6 @@ class MemorySearcher:
             highlights=spans,
             media_type=row.get("media_type") or "",
         )
-
 
 
 def search(
@@ -393,4 +391,3 @@ def _as_date(value: date | str | None, key: str) -> date | None:
         return date.fromisoformat(value)
     except ValueError as err:
         raise ConfigError(f"{key} must be a date YYYY-MM-DD, got {value!r}", key=key) from err
-

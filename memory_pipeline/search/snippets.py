@@ -26,9 +26,7 @@ def term_spans(folded: str, terms: Sequence[str]) -> list[tuple[int, int]]:
     return merged
 
 
-def make_snippet(
-    text: str, terms: Sequence[str], *, max_lines: int = 3, max_chars: int = 320
-) -> tuple[str, int, int, tuple[tuple[int, int], ...]]:
+def make_snippet(text: str, terms: Sequence[str], *, max_lines: int = 3, max_chars: int = 320) -> tuple[str, int, int, tuple[tuple[int, int], ...]]:
     """The best window of up to ``max_lines`` lines (most matched terms), with highlight spans.
 
     Returns (snippet, first line index, last line index within ``text``, spans).
@@ -63,9 +61,7 @@ def make_snippet(
         end = start + max_chars - 2
         snippet = ("… " if start else "") + snippet[start:end].strip() + " …"
     folded, origin = fold_with_map(snippet)
-    spans = tuple(
-        (origin[s], origin[e - 1] + 1) for s, e in term_spans(folded, terms)
-    )
+    spans = tuple((origin[s], origin[e - 1] + 1) for s, e in term_spans(folded, terms))
     return snippet, first, last, spans
 
 

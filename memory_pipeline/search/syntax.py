@@ -93,7 +93,7 @@ class ParsedQuery:
     @cached_property
     def has_syntax(self) -> bool:
         """Whether anything beyond plain ranked words was asked for."""
-        return any(c.required or c.negated or len(c.terms) > 1 or c.terms[0].kind != "word" for c in self.clauses)
+        return any(c.required or c.negated or len(c.terms) != 1 or any(t.kind != "word" for t in c.terms) for c in self.clauses)
 
     @cached_property
     def words(self) -> tuple[str, ...]:
@@ -223,9 +223,9 @@ def _group(items: list[tuple[str, object]]) -> list[Clause]:
             if value == "NOT":
                 pending_not = True
             else:
-                joiner = value
+                joiner = str(value)
             continue
-        term, negated = value
+        term, negated = value  # pyright: ignore[reportGeneralTypeIssues] - a term item is (Term, bool)
         negated = negated or pending_not
         pending_not = False
         if negated:

@@ -176,6 +176,8 @@ class VectorStore:
         such as duplicated chunk ids or rows of files the index has lost track of.
         """
         table = self.open()
+        if table is None:
+            raise StoreError(f"table {self.table_name} is missing; run `memory index --force`")
         condition = f"shard = {_sql_list([shard])}"
 
         def action() -> WriteCounts:
@@ -310,8 +312,9 @@ class VectorStore:
         vectors = table.take_offsets(picks).select(["vector"]).to_arrow().column("vector").to_pylist()
         total = 0.0
         for vec in vectors:
-            exact = self._ids(table.search(vec).distance_type("cosine").bypass_vector_index().limit(k))
-            approx = self._ids(ann_query(table.search(vec).distance_type("cosine"), ann).limit(k))
+            # distance_type is on the vector query builder; lancedb's stubs type the base class.
+            exact = self._ids(table.search(vec).distance_type("cosine").bypass_vector_index().limit(k))  # pyright: ignore[reportAttributeAccessIssue]
+            approx = self._ids(ann_query(table.search(vec).distance_type("cosine"), ann).limit(k))  # pyright: ignore[reportAttributeAccessIssue]
             total += len(set(exact) & set(approx)) / max(len(exact), 1)
         return round(total / max(len(vectors), 1), 4)
 

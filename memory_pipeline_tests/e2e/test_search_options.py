@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from pathlib import Path
 
 import numpy as np
@@ -36,13 +36,17 @@ def memory(tmp_path_factory):
     (mem / "memory").mkdir(parents=True)
     (mem / "sessions").mkdir()
     (mem / "memory" / "2026-06-01.md").write_text(LONG_NOTE + "\n")
-    (mem / "memory" / "2026-06-02.md").write_text("# Queue notes\n\nThe kafka consumer lag alert fired again; lag on payments topic dropped after scaling consumers.\n")
+    (mem / "memory" / "2026-06-02.md").write_text(
+        "# Queue notes\n\nThe kafka consumer lag alert fired again; lag on payments topic dropped after scaling consumers.\n"
+    )
     (mem / "memory" / "2026-01-10.md").write_text("# Boiler\n\nThe boiler pressure dropped to 0.8 bar; topped it up to 1.5 bar.\n")
     (mem / "memory" / "2026-11-20.md").write_text("# Boiler\n\nThe boiler pressure dropped to 0.9 bar; topped it up to 1.4 bar.\n")
     (mem / "notes.md").write_text("# Kafka reading\n\nKafka: the definitive guide, chapter on consumer groups and lag.\n")
     (mem / "sessions" / "2026-06-03-kafka.jsonl").write_text(
-        json.dumps({"role": "user", "content": "Why is kafka consumer lag growing on the payments topic?", "timestamp": "2026-06-03T10:00:00Z"}) + "\n"
-        + json.dumps({"role": "assistant", "content": "The consumers spend longer than the poll interval per batch.", "timestamp": "2026-06-03T10:01:00Z"}) + "\n"
+        json.dumps({"role": "user", "content": "Why is kafka consumer lag growing on the payments topic?", "timestamp": "2026-06-03T10:00:00Z"})
+        + "\n"
+        + json.dumps({"role": "assistant", "content": "The consumers spend longer than the poll interval per batch.", "timestamp": "2026-06-03T10:01:00Z"})
+        + "\n"
     )
     cfg = write_config(root / "memory_pipeline.yaml")
     settings = load_settings(cfg)
@@ -57,8 +61,12 @@ def _names(results) -> list[str]:
 def test_mmr_lets_other_notes_through(memory):
     settings, _ = memory
     plain = search("compare the consumer lag with the poll interval before restarting consumers", settings=settings, max_results=4, min_score=0.0)
-    diverse = search("compare the consumer lag with the poll interval before restarting consumers", settings=settings, max_results=4, min_score=0.0, mmr=True, mmr_lambda=0.5)
-    same = search("compare the consumer lag with the poll interval before restarting consumers", settings=settings, max_results=4, min_score=0.0, mmr=True, mmr_lambda=1.0)
+    diverse = search(
+        "compare the consumer lag with the poll interval before restarting consumers", settings=settings, max_results=4, min_score=0.0, mmr=True, mmr_lambda=0.5
+    )
+    same = search(
+        "compare the consumer lag with the poll interval before restarting consumers", settings=settings, max_results=4, min_score=0.0, mmr=True, mmr_lambda=1.0
+    )
     assert _names(plain).count("2026-06-01.md") >= 3, _names(plain)
     assert len(set(_names(diverse))) > len(set(_names(plain))), (_names(plain), _names(diverse))
     assert diverse[0].chunk_id == plain[0].chunk_id  # MMR keeps the best result first
@@ -67,7 +75,7 @@ def test_mmr_lets_other_notes_through(memory):
 
 def test_recency_half_life(memory):
     settings, _ = memory
-    now = datetime(2026, 11, 30, tzinfo=timezone.utc)
+    now = datetime(2026, 11, 30, tzinfo=UTC)
     flat = search("boiler pressure topped up", settings=settings, max_results=2)
     dated = search("boiler pressure topped up", settings=settings, max_results=2, recency_half_life_days=30, now=now)
     assert set(_names(flat)) == {"2026-01-10.md", "2026-11-20.md"}

@@ -16,8 +16,10 @@ from memory_pipeline_tests.conftest import write_config
 
 pytestmark = pytest.mark.slow
 SET = Path(__file__).resolve().parents[2] / "data" / "eval" / "agent-memory"
-_STOP = set("a an and are as at be by did do does for from had has have how i in is it its me my of on or our the "
-            "their there this to was we were what when where which who why will with you your about am can after".split())
+_STOP = set(
+    "a an and are as at be by did do does for from had has have how i in is it its me my of on or our the "
+    "their there this to was we were what when where which who why will with you your about am can after".split()
+)
 
 
 def _kinds() -> dict[str, str]:

@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings as hsettings
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from memory_pipeline.runner import run_index
@@ -82,7 +83,7 @@ def test_or_and_not(fts_only):
     assert _fts(fts_only, "NOT Horatio") == []  # nothing positive asked for
 
 
-@pytest.mark.parametrize("query", ['"unbalanced duty', "duty AND", "OR", "NOT", "*", "-", '"', '""', "( )", "a:b", "\\", "***x", "-\"", "AND OR NOT"])
+@pytest.mark.parametrize("query", ['"unbalanced duty', "duty AND", "OR", "NOT", "*", "-", '"', '""', "( )", "a:b", "\\", "***x", '-"', "AND OR NOT"])
 def test_odd_syntax_never_errors(fts_only, hybrid, query: str):
     for settings in (fts_only, hybrid):
         for mode in ("fts", "hybrid") if settings is hybrid else ("fts",):
@@ -94,7 +95,7 @@ def test_unbalanced_quote_runs_to_the_end(fts_only):
 
 
 @hsettings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.text(alphabet=st.sampled_from(list('ab "*-()ORANDNOT:\\\'_.é团')), max_size=24))
+@given(st.text(alphabet=st.sampled_from(list("ab \"*-()ORANDNOT:\\'_.é团")), max_size=24))
 def test_any_query_string_parses_and_searches(fts_only, query: str):
     parsed = parse_query(query)
     assert isinstance(parsed.vector_text, str)

@@ -200,7 +200,12 @@ def test_model_limit_enforced(limit):
 def test_session_chunks_keep_labels_and_jsonl_lines():
     """Transcript chunks hold whole labelled messages and the JSONL lines they came from."""
     segs = [
-        Segment(f"message {i} about the expense receipts and where they are", 2 * i + 1, 2 * i + 1, f"[2026-11-02 10:{i:02d}] {'user' if i % 2 == 0 else 'assistant'}:")
+        Segment(
+            f"message {i} about the expense receipts and where they are",
+            2 * i + 1,
+            2 * i + 1,
+            f"[2026-11-02 10:{i:02d}] {'user' if i % 2 == 0 else 'assistant'}:",
+        )
         for i in range(30)
     ]
     chunks = chunk_segments("session", segs, budget=96, overlap=0)

@@ -137,9 +137,7 @@ def check(modality: str, segments: list[Segment], source: str, budget: int, over
 _char = st.characters(exclude_categories=("Cs", "Co"))  # no surrogates; private use is for labels
 _any_text = st.text(_char, max_size=200)
 _runs = st.builds(lambda ch, n: ch * n, st.sampled_from(list("-=.*#_")), st.integers(100, 20_000))
-_table = st.builds(
-    lambda cell, n: (cell * n)[:n] + "|", st.sampled_from(["|---", "| --- ", "|:--:", "| a | b "]), st.integers(100, 20_000)
-)
+_table = st.builds(lambda cell, n: (cell * n)[:n] + "|", st.sampled_from(["|---", "| --- ", "|:--:", "| a | b "]), st.integers(100, 20_000))
 _repeated = st.builds(lambda s, n: (s * n)[:20_000], st.text(_char, min_size=1, max_size=12), st.integers(2, 3000))
 _cjk = st.builds(lambda s, n: s * n, st.text(st.characters(min_codepoint=0x4E00, max_codepoint=0x9FFF), min_size=1, max_size=40), st.integers(1, 300))
 _emoji = st.lists(st.sampled_from(["🙂", "🚀", "👩\u200d👩\u200d👧\u200d👦", "🇫🇷", "👍🏽", "\u2764\ufe0f", "e\u0301"]), max_size=2000).map("".join)
@@ -147,9 +145,7 @@ _words = st.builds(lambda w, n: (w + " ") * n, st.sampled_from(["bigword", "x_1"
 _unbroken = st.builds(lambda c, n: c * n, st.sampled_from(["x", "0", "🙂", "中", "ab", "\x00"]), st.integers(100, 20_000))
 _control = st.text(st.sampled_from("\x00\x01\x07\x08\x0b\x0c\x1b\x1c\x1f\x7f\x85\xa0\u2028\u2029\ufeff\u200bab "), max_size=200)
 _heading = st.builds(lambda level, title: "#" * level + " " + title, st.integers(1, 6), st.one_of(_any_text, _runs, _unbroken))
-_line = st.one_of(
-    _any_text, _runs, _table, _repeated, _cjk, _emoji, _words, _unbroken, _control, _heading, st.sampled_from(["", "```", "~~~"])
-)
+_line = st.one_of(_any_text, _runs, _table, _repeated, _cjk, _emoji, _words, _unbroken, _control, _heading, st.sampled_from(["", "```", "~~~"]))
 _newline = st.sampled_from(["\n", "\r\n", "\r"])
 _document = st.lists(st.tuples(_line, _newline), min_size=1, max_size=6).map(lambda parts: "".join(p + nl for p, nl in parts))
 _label = st.text(st.sampled_from([chr(c) for c in range(0xE000, 0xE020)] + [" "]), min_size=1, max_size=30)

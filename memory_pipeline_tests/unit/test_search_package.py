@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from pathlib import Path
 
 import lancedb
@@ -197,11 +197,11 @@ _FILTER_CASES = [
 def filter_table(tmp_path_factory):
     rows = [
         # path, source, modality, memory_type, mtime
-        ("memory/2026-10-01.md", "mem", "markdown", "text", datetime(2026, 12, 1, tzinfo=timezone.utc)),
-        ("memory/2026-10-20.md", "mem", "markdown", "text", datetime(2026, 12, 1, tzinfo=timezone.utc)),
-        ("photos/receipt.png", "mem", "image", "image", datetime(2026, 11, 5, tzinfo=timezone.utc)),
-        ("MEMORY.md", "mem", "markdown", "text", datetime(2026, 10, 15, tzinfo=timezone.utc)),
-        ("work/it's.txt", "work", "text", "text", datetime(2026, 9, 1, tzinfo=timezone.utc)),
+        ("memory/2026-10-01.md", "mem", "markdown", "text", datetime(2026, 12, 1, tzinfo=UTC)),
+        ("memory/2026-10-20.md", "mem", "markdown", "text", datetime(2026, 12, 1, tzinfo=UTC)),
+        ("photos/receipt.png", "mem", "image", "image", datetime(2026, 11, 5, tzinfo=UTC)),
+        ("MEMORY.md", "mem", "markdown", "text", datetime(2026, 10, 15, tzinfo=UTC)),
+        ("work/it's.txt", "work", "text", "text", datetime(2026, 9, 1, tzinfo=UTC)),
     ]
     cols = ("path", "source", "modality", "memory_type")
     data = {c: [r[i] for r in rows] for i, c in enumerate(cols)}

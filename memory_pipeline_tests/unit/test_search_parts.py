@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import re
-from datetime import date, timedelta
+from datetime import UTC, date, timedelta
 from pathlib import Path
 
 import lancedb
@@ -16,9 +16,9 @@ from memory_pipeline.discovery import glob_match
 from memory_pipeline.errors import ConfigError
 from memory_pipeline.evaluation import load_beir, mrr_at_k, ndcg_at_k, percentile, recall_at_k, score_rankings
 from memory_pipeline.search import (
+    Candidate,
     SearchFilters,
     _mmr,
-    Candidate,
     date_range_regex,
     glob_to_rust_regex,
     highlight,
@@ -29,7 +29,6 @@ from memory_pipeline.search import (
     query_terms,
 )
 from memory_pipeline.settings import settings_from_dict
-
 
 # --- metrics, by hand -----------------------------------------------------------------------
 
@@ -116,15 +115,15 @@ def test_glob_regex_agrees_with_discovery_globs():
 
 def test_filters_run_inside_lancedb(tmp_path: Path):
     """The WHERE clause is valid LanceDB SQL and selects what it says, dated and undated."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     db = lancedb.connect(str(tmp_path))
     rows = [
-        ("memory/2026-10-01.md", "markdown", "mem", datetime(2026, 12, 1, tzinfo=timezone.utc)),
-        ("memory/2026-10-20.md", "markdown", "mem", datetime(2026, 12, 1, tzinfo=timezone.utc)),
-        ("sessions/2026-11-03-trip.jsonl", "session", "mem", datetime(2026, 12, 1, tzinfo=timezone.utc)),
-        ("MEMORY.md", "markdown", "mem", datetime(2026, 10, 15, tzinfo=timezone.utc)),
-        ("other/notes.txt", "text", "work", datetime(2026, 9, 1, tzinfo=timezone.utc)),
+        ("memory/2026-10-01.md", "markdown", "mem", datetime(2026, 12, 1, tzinfo=UTC)),
+        ("memory/2026-10-20.md", "markdown", "mem", datetime(2026, 12, 1, tzinfo=UTC)),
+        ("sessions/2026-11-03-trip.jsonl", "session", "mem", datetime(2026, 12, 1, tzinfo=UTC)),
+        ("MEMORY.md", "markdown", "mem", datetime(2026, 10, 15, tzinfo=UTC)),
+        ("other/notes.txt", "text", "work", datetime(2026, 9, 1, tzinfo=UTC)),
     ]
     table = db.create_table(
         "t",
@@ -182,11 +181,11 @@ def test_snippet_picks_matching_lines_and_highlights():
 
 
 def test_note_date_from_file_name_else_mtime():
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     assert note_date("memory/2026-10-14.md", None) == date(2026, 10, 14)
     assert note_date("sessions/2026-10-14-deploy.jsonl", None) == date(2026, 10, 14)
-    assert note_date("MEMORY.md", datetime(2026, 1, 2, tzinfo=timezone.utc)) == date(2026, 1, 2)
+    assert note_date("MEMORY.md", datetime(2026, 1, 2, tzinfo=UTC)) == date(2026, 1, 2)
     assert note_date("x/2026-13-45.md", None) is None
 
 
