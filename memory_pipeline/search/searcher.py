@@ -272,7 +272,7 @@ class MemorySearcher:
 
     def _executor(self) -> ThreadPoolExecutor:
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memory-fts")
+            self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="memory-fts")
         return self._pool
 
     def _fts(self, parsed: ParsedQuery, where: str | None, pool: int, *, with_vectors: bool) -> TextLeg:
