@@ -99,7 +99,7 @@ def _stage(retry_transient: bool = False):
         def wrapper(*args, **kwargs):
             results: RunResults = signature.bind(*args, **kwargs).arguments["run_results"]
             try:
-                return fn(*args, **kwargs)
+                out = fn(*args, **kwargs)
             except (IndexMismatchError, ConfigError) as err:
                 results.failed(err)
                 raise
@@ -111,6 +111,8 @@ def _stage(retry_transient: bool = False):
             except Exception as err:
                 results.failed(err)
                 raise
+            results.error = None  # a retried step that went through: its earlier error is not the run's
+            return out
 
         return wrapper
 

@@ -68,11 +68,10 @@ class RunResults:
     embed_info: EmbedInfo | None = None
     write: WriteStats | None = None
     coverage: float | None = None
-    error: BaseException | None = None  # the first error a stage raised (the run failed)
+    error: BaseException | None = None  # the error of the step that failed the run (the last one raised)
 
     def failed(self, err: BaseException) -> None:
-        if self.error is None:
-            self.error = err
+        self.error = err
 
 
 @dataclass(frozen=True)
