@@ -5,15 +5,17 @@ the folder stays the source of truth and `memory index`, Dagster runs and analyt
 any other file::
 
     <source>/agentos/<collectionId>/<assetId>/asset.md            the record (YAML front matter) + derived text
-    <source>/agentos/<collectionId>/<assetId>/<name>              the original bytes (storePayload only)
-    <source>/agentos/<collectionId>/<assetId>/<name>.note.md      textRepresentation beside them (storePayload only)
+    <source>/agentos/<collectionId>/<assetId>/<name>              the original bytes (storePayload, no textRepresentation)
+    <source>/agentos/<collectionId>/<assetId>/.payload/<name>     the original bytes (storePayload with textRepresentation)
 
 ``assetId`` is stable: the first 24 hex digits of sha256(collectionId, NUL, bytes), so ingesting
-the same file into the same collection again answers the same asset. Without the payload the
-derived text is computed at ingest (OCR, photo details, transcript, page text; or
-``textRepresentation`` as given) and written into ``asset.md``; with it, the indexer extracts the
-payload like any media file (and embeds it natively when ``multimodal.native`` is on), and
-``textRepresentation`` is the file's note.
+the same file into the same collection again answers the same asset. ``textRepresentation``,
+when given, is the derived text: it goes into ``asset.md`` and nothing is captioned, OCRed or
+transcribed (a stored payload is kept in the hidden ``.payload`` folder, which the default
+excludes keep out of the index). Without it, the derived text is computed: at ingest into
+``asset.md`` (OCR, photo details, transcript, page text), or, with ``storePayload``, by the
+indexer from the payload like any media file (embedded natively too when ``multimodal.native``
+is on).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from pathlib import Path
 
 import yaml
 
-from memory_pipeline.discovery import MEDIA_MODALITIES, NOTE_SUFFIX, doc_id, sniff
+from memory_pipeline.discovery import MEDIA_MODALITIES, doc_id, sniff
 from memory_pipeline.errors import ConfigError, ExtractionError, MemoryPipelineError
 from memory_pipeline.search.filters import sql_str
 from memory_pipeline.service.core import MemoryService, NotFound, TooLarge, Unsupported, native_available
@@ -38,6 +40,9 @@ from memory_pipeline.service.retrieval import plan
 
 ASSETS_DIR = "agentos"
 RECORD = "asset.md"
+# A payload ingested with its textRepresentation is kept in a hidden folder: the default excludes
+# (``**/.*/**``) keep the indexer from captioning, OCRing or transcribing what the caller described.
+DESCRIBED = ".payload"
 ASSET_ID = re.compile(r"^[0-9a-f]{24}$")
 COLLECTION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 AGENTOS_MODALITIES = ("image", "audio", "document")
@@ -171,10 +176,10 @@ class AssetService:
                 remove_tree(self.source.path, parts)
             try:
                 if store_payload:
+                    # Described by the caller: kept, not derived again; else indexed like any media file.
+                    where = [*parts, DESCRIBED, name] if given_text else [*parts, name]
                     with open(upload_path, "rb") as fh:
-                        write_file(self.source.path, [*parts, name], fh.read(), exclusive=True)
-                    if given_text:
-                        write_file(self.source.path, [*parts, name + NOTE_SUFFIX], (given_text + "\n").encode("utf-8"))
+                        write_file(self.source.path, where, fh.read(), exclusive=True)
                 body = derived if not store_payload else given_text
                 write_file(self.source.path, [*parts, RECORD], _record_text(record, body).encode("utf-8"))
             except BaseException:
@@ -247,7 +252,11 @@ class AssetService:
         parts = self._find(asset_id)
         record = self._read_record(parts) or {}
         name = record.get("originalFileName")
-        path = Path(self.source.path, *parts, name) if record.get("storePayload") and isinstance(name, str) else None
+        path = None
+        if record.get("storePayload") and isinstance(name, str):
+            path = Path(self.source.path, *parts, name)
+            if not path.exists():
+                path = Path(self.source.path, *parts, DESCRIBED, name)
         if path is None or not isinstance(name, str) or safe_name(name) != name or not path.is_file() or path.is_symlink():
             raise NotFound(f"asset {asset_id} has no stored payload (ingest it with storePayload=true)", key="assetId")
         return str(path), record.get("mimeType") or "application/octet-stream", name

@@ -95,7 +95,8 @@ def write_file(root: Path, parts: list[str], data: bytes, *, append: bool = Fals
 
 
 def remove_tree(root: Path, parts: list[str]) -> bool:
-    """Remove the folder ``root/parts…`` and what it holds (one level of files), never through a link."""
+    """Remove the folder ``root/parts…`` and what it holds, never through a link (a link inside is
+    removed itself, not followed)."""
     try:
         parent = _open_dir(root, parts[:-1], create=False)
     except FileNotFoundError:
@@ -106,11 +107,27 @@ def remove_tree(root: Path, parts: list[str]) -> bool:
         except FileNotFoundError:
             return False
         try:
-            for name in os.listdir(fd):
-                os.unlink(name, dir_fd=fd)
+            _empty_dir(fd)
         finally:
             os.close(fd)
         os.rmdir(parts[-1], dir_fd=parent)
         return True
     finally:
         os.close(parent)
+
+
+def _empty_dir(fd: int, depth: int = 0) -> None:
+    """Remove everything in the folder open at ``fd``; sub-folders through their own descriptors."""
+    if depth > 8:
+        raise ConfigError("asset folder nested too deep to remove", key="assetId")
+    for name in os.listdir(fd):
+        st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        if stat_mod.S_ISDIR(st.st_mode):
+            sub = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            try:
+                _empty_dir(sub, depth + 1)
+            finally:
+                os.close(sub)
+            os.rmdir(name, dir_fd=fd)
+        else:
+            os.unlink(name, dir_fd=fd)

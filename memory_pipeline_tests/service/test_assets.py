@@ -183,3 +183,26 @@ def test_search_racing_an_ingest_and_delete(server, files, ingested, memory_conf
     assert not (memory_config.parent / "mem" / "agentos" / "default" / asset["assetId"]).exists()
     after = server.http.post(f"{RAG}/query", json={"query": "twelve handheld scanners warehouse pilot"}).json()["results"]
     assert all(r["assetId"] != asset["assetId"] for r in after)
+
+
+def test_a_described_payload_is_kept_and_served_but_not_derived_again(server, files, memory_config):
+    """textRepresentation skips OCR: with storePayload the bytes are kept (in the asset's hidden
+    .payload folder) and served, the index holds only the given text, and delete removes it all."""
+    described = "Parking receipt from the Utrecht offsite, paid by card."
+    resp = server.http.post(f"{RAG}/images/ingest", files={"image": ("parking.png", files["image"].read_bytes(), "image/png")},
+                            data={"storePayload": "true", "textRepresentation": described, "collectionId": "described"})  # fmt: skip
+    assert resp.status_code == 200, resp.text
+    asset = resp.json()
+    assert asset["storePayload"] is True and asset["derivedText"].strip() == described
+    folder = memory_config.parent / "mem" / "agentos" / "described" / asset["assetId"]
+    assert (folder / ".payload" / "parking.png").read_bytes() == files["image"].read_bytes()
+    assert not (folder / "parking.png").exists() and not (folder / "parking.png.note.md").exists()
+    content = server.http.get(f"{RAG}/assets/{asset['assetId']}/content")
+    assert content.status_code == 200 and content.content == files["image"].read_bytes()
+    # Only the given text is indexed: the receipt's OCR words ("ACME") are not in this asset's rows.
+    rows = server.http.post("/api/memory/search", json={"query": "parking receipt Utrecht offsite", "min_score": 0, "max_results": 10}).json()["results"]
+    mine = [r for r in rows if asset["assetId"] in r["path"]]
+    assert mine and all(".payload" not in r["path"] for r in mine)
+    assert not any("ACME" in r["snippet"] for r in mine)
+    deleted = server.http.delete(f"{RAG}/assets/{asset['assetId']}")
+    assert deleted.status_code == 200 and not folder.exists()
