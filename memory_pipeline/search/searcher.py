@@ -19,7 +19,7 @@ import numpy as np
 
 from memory_pipeline.errors import ConfigError, FullTextUnavailable, ProviderError
 from memory_pipeline.providers.registry import query_provider
-from memory_pipeline.search.filters import SearchFilters, file_name_date, note_date
+from memory_pipeline.search.filters import SearchFilters, file_name_date, note_date, sql_str
 from memory_pipeline.search.folding import identifier_terms, query_terms
 from memory_pipeline.search.fulltext import TextLeg, text_leg
 from memory_pipeline.search.fusion import fusion_for
@@ -168,7 +168,8 @@ class MemorySearcher:
         want_vectors = self.provider is not None and (mode == "hybrid" or opts.mmr)
         # The full-text leg runs in a second thread while the query is embedded and the vector
         # leg searched (torch and LanceDB release the GIL): hybrid costs the slower leg, not both.
-        fts_future = self._executor().submit(self._fts, parsed, where, pool, with_vectors=want_vectors) if mode in ("hybrid", "fts") else None
+        # Its rows come without vectors: those of the few it alone finds are fetched once, below.
+        fts_future = self._executor().submit(self._fts, parsed, where, pool, with_vectors=False) if mode in ("hybrid", "fts") else None
         qvec = native
         vector_text = parsed.vector_text
         if qvec is None and self.provider is not None and mode != "fts" and vector_text:
@@ -197,8 +198,10 @@ class MemorySearcher:
                 log.info("no full-text leg for this query: %s", err)
                 leg = None
         if leg is not None:
+            fts_only = [cid for cid in leg.rows if cid not in candidates]
+            vectors = self._vectors_of(fts_only) if want_vectors and fts_only else {}
             for cid, row in leg.rows.items():
-                vec = row.pop("vector", None)
+                vec = vectors.get(cid)
                 existing = candidates.get(cid)
                 if existing is None:
                     existing = candidates[cid] = Candidate(row)
@@ -274,6 +277,14 @@ class MemorySearcher:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="memory-fts")
         return self._pool
+
+    def _vectors_of(self, chunk_ids: list[str]) -> dict[str, list[float]]:
+        """The stored vectors of these chunks, in one query (the full-text leg reads no vectors:
+        one BM25 query per word would fetch each row's vector again for every word)."""
+        assert self.table is not None
+        ids = ", ".join(sql_str(c) for c in chunk_ids)
+        rows = self.table.search().where(f"chunk_id IN ({ids})").select(["chunk_id", "vector"]).limit(len(chunk_ids)).to_list()
+        return {r["chunk_id"]: r["vector"] for r in rows}
 
     def _fts(self, parsed: ParsedQuery, where: str | None, pool: int, *, with_vectors: bool) -> TextLeg:
         cols = _COLUMNS + (["vector"] if with_vectors else [])
