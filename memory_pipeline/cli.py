@@ -216,8 +216,16 @@ def cmd_store(args) -> int:
 def cmd_serve(args) -> int:
     from memory_pipeline.service.run import serve
 
-    serve(_settings(args), host=args.host, port=args.port, assets_source=args.assets_source,
-          cors_origins=tuple(args.cors_origin or ()), log_level=args.log_level)  # fmt: skip
+    settings = _settings(args)
+    svc = settings.service  # the config's `service:` section; a flag given on the command line wins
+    serve(
+        settings,
+        host=args.host if args.host is not None else svc.host,
+        port=args.port if args.port is not None else svc.port,
+        assets_source=args.assets_source if args.assets_source is not None else svc.assets_source,
+        cors_origins=tuple(args.cors_origin) if args.cors_origin else svc.cors_origins,
+        log_level=args.log_level,
+    )
     return 0
 
 
@@ -656,14 +664,18 @@ def build_parser() -> argparse.ArgumentParser:
         "memory serve --port 8765",
         "Anything but a loopback --host needs a bearer token in $MEMORY_PIPELINE_TOKEN.",
     )
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1), e.g. --host 127.0.0.1")
-    p.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 = any free port), e.g. --port 8765")
-    p.add_argument("--assets-source", metavar="NAME", help="the source ingested assets are written to (default: the first), e.g. --assets-source memory")
+    p.add_argument("--host", help="address to listen on (default: service.host, 127.0.0.1), e.g. --host 127.0.0.1")
+    p.add_argument("--port", type=int, help="port (default: service.port, 8765; 0 = any free port), e.g. --port 8765")
+    p.add_argument(
+        "--assets-source",
+        metavar="NAME",
+        help="the source ingested assets are written to (default: service.assets_source, else the first), e.g. --assets-source memory",
+    )
     p.add_argument(
         "--cors-origin",
         action="append",
         metavar="ORIGIN",
-        help="allow browser calls from ORIGIN (CORS is off by default), e.g. --cors-origin http://localhost:3000",
+        help="allow browser calls from ORIGIN (default: service.cors_origins; CORS is off when none), e.g. --cors-origin http://localhost:3000",
     )
     p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"], help="server log level, e.g. --log-level info")
     p.set_defaults(func=cmd_serve)

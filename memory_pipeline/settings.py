@@ -229,6 +229,16 @@ class ChecksConfig:
 
 
 @dataclass(frozen=True, config=_MODEL)
+class ServiceConfig:
+    """`memory serve`: where it listens and what it allows; its command-line flags override these."""
+
+    host: Str = "127.0.0.1"  # anything but loopback needs $MEMORY_PIPELINE_TOKEN
+    port: Annotated[int, Strict(), Field(ge=0, le=65535)] = 8765  # 0 = any free port
+    assets_source: Str | None = None  # the source ingested assets are written to (None: the first)
+    cors_origins: tuple[Str, ...] = ()  # browser origins allowed (CORS is off when empty)
+
+
+@dataclass(frozen=True, config=_MODEL)
 class RemoteBatchConfig:
     """Provider batch APIs (file upload, job, poll, results); used by providers/batch support."""
 
@@ -343,6 +353,7 @@ class Settings:
     query: QueryConfig = field(default_factory=QueryConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     checks: ChecksConfig = field(default_factory=ChecksConfig)
+    service: ServiceConfig = field(default_factory=ServiceConfig)
     multimodal: MultimodalConfig = field(default_factory=MultimodalConfig)
     table_name: Str = "memory_vectors"
     ann: AnnConfig = field(default_factory=AnnConfig)
@@ -351,7 +362,7 @@ class Settings:
 
     _data_dir = field_validator("data_dir", mode="before")(_path)
 
-    @field_validator("remote", "chunking", "cache", "query", "limits", "checks", "multimodal", "ann", "fts", mode="before")
+    @field_validator("remote", "chunking", "cache", "query", "limits", "checks", "service", "multimodal", "ann", "fts", mode="before")
     @classmethod
     def _null_section(cls, value: Any) -> Any:
         return {} if value is None else value

@@ -73,6 +73,20 @@ def test_non_loopback_needs_a_token(memory_config):
     assert "MEMORY_PIPELINE_TOKEN" in done.stderr and "[ERROR]" in done.stderr
 
 
+def test_the_config_service_section_is_what_serve_uses(memory_config):
+    import yaml
+
+    cfg = yaml.safe_load(memory_config.read_text())
+    cfg["service"] = {"host": "0.0.0.0", "port": 0}
+    other = memory_config.with_name("service-host.yaml")
+    other.write_text(yaml.safe_dump(cfg))
+    done = memory("serve", "--config", str(other), cwd=memory_config.parent, timeout=120)
+    assert done.returncode == 1 and "MEMORY_PIPELINE_TOKEN" in done.stderr  # service.host from the file
+    # A flag wins over the file: on loopback no token is asked for (port 70000 then stops it, for its own reason).
+    done = memory("serve", "--config", str(other), "--host", "127.0.0.1", "--port", "70000", cwd=memory_config.parent, timeout=120)
+    assert done.returncode != 0 and "MEMORY_PIPELINE_TOKEN" not in done.stderr
+
+
 def test_bearer_token(memory_config):
     token = "t0ken-" + "x" * 26
     srv = Server(memory_config, "--host", "0.0.0.0", token=token)
