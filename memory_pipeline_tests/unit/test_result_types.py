@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from memory_pipeline.cli import build_parser
 from memory_pipeline.search.filters import SearchFilters
@@ -33,3 +35,20 @@ def test_a_bad_type_is_a_usage_error(bad, capsys):
         build_parser().parse_args(["search", "q", "--type", bad])
     assert exit_.value.code == 2
     assert "invalid type" in capsys.readouterr().err
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=60))
+def test_any_type_argument_parses_or_is_a_usage_error(value):
+    """Hostile --type values: a list of known types, or argparse's usage error (exit 2); never a traceback."""
+    import argparse
+
+    from memory_pipeline.cli import _result_types
+    from memory_pipeline.search.filters import RESULT_TYPES
+
+    try:
+        types = _result_types(value)
+    except argparse.ArgumentTypeError as err:
+        assert "invalid type" in str(err)
+    else:
+        assert types and all(t in RESULT_TYPES for t in types)
