@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
+
+if TYPE_CHECKING:
+    import polars as pl
 
 
 @dataclass(frozen=True)
@@ -127,3 +131,33 @@ INDEXED_STATE_SCHEMA = pa.schema(
 
 def embeddings_schema(dims: int) -> pa.Schema:
     return pa.schema([("content_hash", pa.string()), ("vector", pa.list_(pa.float32(), dims))])
+
+
+# The Parquet assets and side files by name (their Dagster asset keys): the schema each is written
+# in. chunk_embeddings is absent: its vector width is the run's model's (see :func:`asset_schema`).
+ASSET_SCHEMAS = {
+    "source_files": MANIFEST_SCHEMA,
+    "file_deletions": DELETIONS_SCHEMA,
+    "extracted_content": SEGMENTS_SCHEMA,
+    "extraction_status": EXTRACTION_STATUS_SCHEMA,
+    "memory_chunks": CHUNKS_SCHEMA,
+    "indexed_state": INDEXED_STATE_SCHEMA,
+}
+
+
+def asset_schema(name: str, frame: pl.DataFrame | None = None) -> pa.Schema | None:
+    """The Arrow schema of an asset's files; chunk_embeddings' from its frame's vector width (None without one)."""
+    if name != "chunk_embeddings":
+        return ASSET_SCHEMAS[name]
+    if frame is None or "vector" not in frame.columns:
+        return None
+    return embeddings_schema(frame.schema["vector"].size)  # pyright: ignore[reportAttributeAccessIssue] - an Array dtype
+
+
+def frame_of(rows: list[dict], schema: pa.Schema) -> pl.DataFrame:
+    """Rows as a polars DataFrame in ``schema``'s types (built through Arrow, like the files are)."""
+    import polars as pl
+
+    frame = pl.from_arrow(pa.Table.from_pylist(rows, schema=schema))
+    assert isinstance(frame, pl.DataFrame)
+    return frame

@@ -18,6 +18,12 @@ old file or the new one, never a torn one. Reads of Parquet assets are forgiving
 missing file is an empty table, a file written by an older version without a column
 gets that column's default, and a damaged file is moved aside and read as empty (the
 stage that reads it redoes the work it recorded).
+
+The same files are read and written as polars DataFrames (:meth:`DataStore.read_frame`,
+:meth:`DataStore.write_frame`, :meth:`DataStore.frames`), which is how the Dagster IO
+manager (``defs/io_managers.py``) moves data between the assets. A frame is written in its
+asset's Arrow schema, so the file is the same whichever side wrote it. polars, like
+pyarrow, is imported only where a frame is read or written.
 """
 
 from __future__ import annotations
@@ -26,12 +32,14 @@ import json
 import logging
 import os
 import time
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    import polars as pl
     import pyarrow as pa
 
     from memory_pipeline.settings import Settings
@@ -49,6 +57,21 @@ SIDE_FILES = {
     ("extracted_content", ".status"): "per-file extraction outcome: ok, failed (with reason) or partial",
     ("memory_vectors", ".state"): "what the table holds per file: content hash, fingerprint, chunk count",
 }
+# The side files under their own names (their asset keys in the Dagster graph): name -> (asset, suffix).
+SIDE_ASSETS = {
+    "file_deletions": ("source_files", ".deletions"),
+    "extraction_status": ("extracted_content", ".status"),
+    "indexed_state": ("memory_vectors", ".state"),
+}
+
+
+def locate(name: str) -> tuple[str, str]:
+    """(asset, suffix) of an asset or side-file name: ``memory_chunks`` or ``extraction_status``."""
+    if name in SIDE_ASSETS:
+        return SIDE_ASSETS[name]
+    if name in ASSETS:
+        return name, ""
+    raise ValueError(f"unknown asset {name}")
 
 
 @dataclass(frozen=True)
@@ -121,6 +144,27 @@ class DataStore:
 
         return self.write(pa.Table.from_pylist(rows, schema=schema), asset, shard, suffix)
 
+    def read_frame(self, asset: str, shard: str, schema: pa.Schema | None, suffix: str = "") -> pl.DataFrame:
+        """One partition as a polars DataFrame, read as forgivingly as :meth:`read`.
+
+        ``schema`` None takes the file's own columns (an asset whose schema depends on the
+        run, like chunk_embeddings' vector width); a missing file is then a frame without columns.
+        """
+        import polars as pl
+
+        frame = pl.from_arrow(read_parquet(self.asset(asset, shard, suffix), schema))
+        assert isinstance(frame, pl.DataFrame)  # a Table gives a DataFrame (a bare array would give a Series)
+        return frame
+
+    def write_frame(self, frame: pl.DataFrame, asset: str, shard: str, schema: pa.Schema, suffix: str = "") -> Path:
+        """Write one partition from a polars DataFrame, in ``schema`` (polars' own string and list
+        types cast back), atomically."""
+        return self.write(frame.to_arrow().select(schema.names).cast(schema), asset, shard, suffix)
+
+    def frames(self, asset: str, shards: Sequence[str], schema: pa.Schema | None, suffix: str = "") -> LazyFrames:
+        """shard -> DataFrame over ``shards``, each partition read when it is looked up (never kept)."""
+        return LazyFrames(self, asset, tuple(shards), schema, suffix)
+
     def row_count(self, asset: str, shards, suffix: str = "") -> int:
         """Rows of an asset over these shards, from the Parquet footers only."""
         import pyarrow as pa
@@ -170,6 +214,32 @@ class DataStore:
             os.close(fd)
 
 
+class LazyFrames(Mapping[str, "pl.DataFrame"]):
+    """An asset's partitions as a mapping shard -> DataFrame that reads a file on each lookup.
+
+    Iterating it and looking each shard up holds one partition at a time: memory stays
+    flat however many shards a run covers. Nothing is cached, so a second lookup reads the
+    file again (and sees what was written to it meanwhile).
+    """
+
+    def __init__(self, data: DataStore, asset: str, shards: tuple[str, ...], schema: pa.Schema | None, suffix: str = "") -> None:
+        self._data, self._asset, self._shards, self._schema, self._suffix = data, asset, shards, schema, suffix
+
+    def __getitem__(self, shard: str) -> pl.DataFrame:
+        if shard not in self._shards:
+            raise KeyError(shard)
+        return self._data.read_frame(self._asset, shard, self._schema, self._suffix)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._shards)
+
+    def __len__(self) -> int:
+        return len(self._shards)
+
+    def __repr__(self) -> str:
+        return f"LazyFrames({self._asset}{self._suffix}, {len(self._shards)} shards)"
+
+
 @lru_cache(maxsize=64)
 def _store(root: Path) -> DataStore:
     return DataStore(root)
@@ -197,20 +267,24 @@ def write_parquet(table: pa.Table, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def read_parquet(path: Path, schema: pa.Schema) -> pa.Table:
+def read_parquet(path: Path, schema: pa.Schema | None) -> pa.Table:
     """The file as ``schema``, or an empty table when it is missing or damaged.
 
     Columns the file lacks (written before they existed) are filled with nulls, or
     empty strings for non-nullable string columns; columns it has beyond the schema
-    are dropped.
+    are dropped. Without a schema the file is read as it is (and missing or damaged
+    reads as a table without columns).
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    empty = schema.empty_table() if schema is not None else pa.table({})
     if not path.is_file():
-        return schema.empty_table()
+        return empty
     try:
         table = pq.read_table(path)
+        if schema is None:
+            return table
         columns = []
         for f in schema:
             if f.name in table.column_names:
@@ -227,7 +301,7 @@ def read_parquet(path: Path, schema: pa.Schema) -> pa.Table:
         except OSError:
             pass
         log.warning("%s is damaged (%s); moved aside to %s and rebuilt", path, type(err).__name__, aside.name)
-        return schema.empty_table()
+        return empty
 
 
-__all__ = ["ASSETS", "SIDE_FILES", "DataStore", "of", "read_parquet", "write_parquet", "write_text"]
+__all__ = ["ASSETS", "SIDE_ASSETS", "SIDE_FILES", "DataStore", "LazyFrames", "locate", "of", "read_parquet", "write_parquet", "write_text"]

@@ -1,21 +1,40 @@
 """The asset graph: source_files → extracted_content → memory_chunks → chunk_embeddings → memory_vectors → index_coverage.
 
 Each asset handles every partition key of its run (one shard, or a range when the
-CLI or the nightly schedule indexes everything in one run), calls its stage in
-``memory_pipeline.stages``, hands the stage's counts to the ``run_results`` collector
-(the run summary is built from them) and reports them as metadata: Dagster's
-standard ``dagster/row_count`` and ``dagster/column_schema`` beside the project's own
-counts, and lists of problem files as table metadata. Every asset carries owners, a
-``layer`` tag, kinds and a link to its code.
+CLI or the nightly schedule indexes everything in one run) and calls its stage in
+``memory_pipeline.stages``. Data flows between the assets as polars DataFrames through
+the IO manager (``defs/io_managers.py``): an asset takes its upstream assets as
+mappings shard -> frame read on demand and returns :class:`ShardFrames`, its frames
+made one shard at a time as the IO manager writes them. Each asset hands the stage's
+counts to the ``run_results`` collector (the run summary is built from them) and
+reports them as metadata: Dagster's standard ``dagster/row_count`` and
+``dagster/column_schema`` beside the project's own counts, and lists of problem files
+as table metadata. Every asset carries owners, a ``layer`` tag, kinds and a link to
+its code.
+
+Side files are assets of their own, so that lineage shows them: ``file_deletions``
+(from source_files), ``extraction_status`` (from extracted_content) and ``indexed_state``
+(from memory_vectors), each an extra output of its stage's ``multi_asset``. They are
+records the stages keep per file rather than data that flows one way: memory_chunks
+amends the extraction status in place (a file whose chunking failed), discovery forgets
+an indexed-state record the table contradicts, and the write stage records each shard's
+state right after that shard's table commit (what makes a killed run redoable). So the
+stages write them through the storage layer (atomically, like every file), their outputs
+carry no value (``Nothing``: no IO manager), and the assets that read them declare them
+as ``deps``. The one read lineage cannot show is discovery's of ``indexed_state``: it
+runs before memory_vectors, and a dependency would be a cycle.
 """
 
+import contextlib
 import functools
 import importlib
 import inspect
 import sqlite3
 import threading
 import warnings
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict
+from typing import Any
 
 import dagster as dg
 import pyarrow as pa
@@ -23,13 +42,13 @@ import pyarrow as pa
 from memory_pipeline import stages, storage
 from memory_pipeline.changes import chunk_budget, fingerprint
 from memory_pipeline.defs import checks
+from memory_pipeline.defs.io_managers import ShardFrames, column_schema
 from memory_pipeline.defs.partitions import MAINTENANCE_TAG, shard_partitions
 from memory_pipeline.defs.resources import EmbedderResource, MemoryConfigResource
 from memory_pipeline.errors import ConfigError, IndexMismatchError, PrimaryFailed, ProviderError, StoreError
-from memory_pipeline.models import CHUNKS_SCHEMA, MANIFEST_SCHEMA, SEGMENTS_SCHEMA, embeddings_schema
+from memory_pipeline.models import CHUNKS_SCHEMA, DELETIONS_SCHEMA, EXTRACTION_STATUS_SCHEMA, INDEXED_STATE_SCHEMA, MANIFEST_SCHEMA, SEGMENTS_SCHEMA
 from memory_pipeline.providers.pricing import estimate
 from memory_pipeline.stages import RunResults, StageHooks
-from memory_pipeline.storage import SIDE_FILES
 from memory_pipeline.stores.analytics import record_usage
 from memory_pipeline.stores.lance import table_schema
 
@@ -46,10 +65,9 @@ PROBLEM_SCHEMA = dg.TableSchema(
     ]
 )
 
-
-def column_schema(schema: pa.Schema) -> dg.TableSchema:
-    """An Arrow schema as Dagster's column schema (the UI's Columns tab)."""
-    return dg.TableSchema(columns=[dg.TableColumn(f.name, str(f.type), constraints=dg.TableColumnConstraints(nullable=f.nullable)) for f in schema])
+# An input: the IO manager's mapping shard -> polars DataFrame over the run's shards, each read when
+# looked up (a Mapping annotation would make Dagster check for a dict).
+Frames = storage.LazyFrames
 
 
 def _table(schema: pa.Schema, row_count: int | None = None, partition_row_count: int | None = None) -> dict:
@@ -72,51 +90,105 @@ def _problems(rows: list[dict], status: str = "failed") -> dg.TableMetadataValue
     return dg.MetadataValue.table(records, schema=PROBLEM_SCHEMA)
 
 
-def _parquet_table(settings, asset: str, schema: pa.Schema, shards: list[str]) -> dict:
-    """Standard table metadata of a Parquet asset: its schema, all its rows, the rows of this run's shards,
-    and where its files (and side files) are."""
+def _side_file(settings, name: str, shards: list[str]) -> dg.Output:
+    """The (value-less) output of a side-file asset: its schema, rows and where its files are."""
     data = storage.of(settings)
+    asset, suffix = storage.locate(name)
     every = shard_partitions.get_partition_keys()
-    in_run = data.row_count(asset, shards)
-    total = in_run if len(shards) == len(every) else data.row_count(asset, every)
-    meta = _table(schema, row_count=total, partition_row_count=in_run)
+    in_run = data.row_count(asset, shards, suffix)
+    total = in_run if len(shards) == len(every) else data.row_count(asset, every, suffix)
+    meta = _table(_SIDE_SCHEMAS[name], row_count=total, partition_row_count=in_run)
     meta["dagster/uri"] = dg.MetadataValue.path(str(data.assets_dir / asset))
-    for (owner, suffix), what in SIDE_FILES.items():
-        if owner == asset:
-            meta[f"side_file{suffix}"] = dg.MetadataValue.text(f"{data.assets_dir / asset}/<shard>{suffix}.parquet: {what}")
-    return meta
+    meta["files"] = dg.MetadataValue.text(f"<shard>{suffix}.parquet")
+    return dg.Output(None, output_name=name, metadata=meta)
+
+
+_SIDE_SCHEMAS = {"file_deletions": DELETIONS_SCHEMA, "extraction_status": EXTRACTION_STATUS_SCHEMA, "indexed_state": INDEXED_STATE_SCHEMA}
+
+
+def _side_out(name: str, layer: str, description: str) -> dg.AssetOut:
+    """A side file's asset: no value passes (see the module docstring)."""
+    return dg.AssetOut(
+        key=dg.AssetKey(name),
+        dagster_type=dg.Nothing,
+        group_name=GROUP,
+        owners=OWNERS,
+        tags={"layer": layer},
+        kinds={"python", "parquet"},
+        metadata=_table(_SIDE_SCHEMAS[name]),
+        description=description,
+    )
+
+
+@contextlib.contextmanager
+def _reported(results: RunResults, retry_transient: bool) -> Iterator[None]:
+    """An asset's error goes to the run's collector (the CLI reports it as itself); with
+    ``retry_transient``, transient storage errors retry the step (a mismatch or a bad config
+    fails at once)."""
+    try:
+        yield
+    except (IndexMismatchError, ConfigError) as err:
+        results.failed(err)
+        raise
+    except (StoreError, sqlite3.OperationalError) as err:
+        results.failed(err)
+        if not retry_transient:
+            raise
+        raise dg.RetryRequested(max_retries=_STEP_RETRIES, seconds_to_wait=2) from err
+    except Exception as err:
+        results.failed(err)
+        raise
 
 
 def _stage(retry_transient: bool = False):
-    """Wrap an asset body: its error goes to the run's collector (the CLI reports it as itself);
-    with ``retry_transient``, transient storage errors retry the step (a mismatch or a bad
-    config fails at once)."""
+    """Wrap an asset body (a function, or a generator of its outputs) in :func:`_reported`;
+    a step that went through clears an earlier attempt's error."""
 
     def decorate(fn):
         signature = inspect.signature(fn)
 
+        def results_of(args, kwargs) -> RunResults:
+            return signature.bind(*args, **kwargs).arguments["run_results"]
+
+        if inspect.isgeneratorfunction(fn):
+
+            @functools.wraps(fn)
+            def generator(*args, **kwargs):
+                results = results_of(args, kwargs)
+                with _reported(results, retry_transient):
+                    yield from fn(*args, **kwargs)
+                results.error = None  # a retried step that went through: its earlier error is not the run's
+
+            return generator
+
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
-            results: RunResults = signature.bind(*args, **kwargs).arguments["run_results"]
-            try:
+            results = results_of(args, kwargs)
+            with _reported(results, retry_transient):
                 out = fn(*args, **kwargs)
-            except (IndexMismatchError, ConfigError) as err:
-                results.failed(err)
-                raise
-            except (StoreError, sqlite3.OperationalError) as err:
-                results.failed(err)
-                if not retry_transient:
-                    raise
-                raise dg.RetryRequested(max_retries=_STEP_RETRIES, seconds_to_wait=2) from err
-            except Exception as err:
-                results.failed(err)
-                raise
-            results.error = None  # a retried step that went through: its earlier error is not the run's
+            results.error = None
             return out
 
         return wrapper
 
     return decorate
+
+
+def _frames(stream: Iterable[tuple[str, Any]], results: RunResults, metadata: Callable[[], Mapping[str, Any]], retry_transient: bool = False) -> ShardFrames:
+    """A stage's frames as the asset's output. The stage runs as the IO manager consumes them, so its
+    errors are reported there the way the body's are."""
+
+    def guarded():
+        with _reported(results, retry_transient):
+            yield from stream
+
+    return ShardFrames(guarded(), metadata)
+
+
+def _ensure_consumed(frames: ShardFrames, name: str) -> None:
+    # Another IO manager (one that stores the object as it is) would skip the stage's work.
+    if not frames.consumed:
+        raise dg.DagsterInvariantViolationError(f"{name}: the io_manager did not consume its frames (PolarsParquetIOManager does)")
 
 
 class IndexRunConfig(dg.Config):
@@ -125,14 +197,19 @@ class IndexRunConfig(dg.Config):
     force: bool = False  # re-index every file (vectors still come from the cache)
 
 
-@dg.asset(
+@dg.multi_asset(
+    outs={
+        "source_files": dg.AssetOut(
+            group_name=GROUP,
+            owners=OWNERS,
+            tags={"layer": "ingest"},
+            kinds={"python", "parquet"},
+            metadata=_table(MANIFEST_SCHEMA),
+            description="One row per file under the configured sources: stat, sha256, sniffed type, status, action.",
+        ),
+        "file_deletions": _side_out("file_deletions", "ingest", "Files deleted since the last run, whose rows the next write removes."),
+    },
     partitions_def=shard_partitions,
-    group_name=GROUP,
-    owners=OWNERS,
-    tags={"layer": "ingest"},
-    kinds={"python", "parquet"},
-    metadata=_table(MANIFEST_SCHEMA),
-    description="One row per file under the configured sources: stat, sha256, sniffed type, status, action.",
 )
 @_stage()
 def source_files(
@@ -141,63 +218,71 @@ def source_files(
     memory_config: MemoryConfigResource,
     embedder: EmbedderResource,
     run_results: dg.ResourceParam[RunResults],
-) -> dg.MaterializeResult:
+):
     settings = memory_config.settings()
     ident = embedder.identity(settings)
     shards = list(context.partition_keys)
-    counts = stages.discover(settings, shards, force=config.force, fp=fingerprint(settings, ident), ident=ident)
-    run_results.discover = counts
-    bad = stages.run_errors(settings, shards)
+    counts = run_results.discover = stages.DiscoverCounts()
+    bad: list[dict] = []
+
+    def metadata() -> dict:
+        bad.extend(stages.run_errors(settings, shards))
+        return {**{k: dg.MetadataValue.int(v) for k, v in asdict(counts).items()}, "partitions": len(shards), "problems": _problems(bad)}
+
+    stream = stages.discover(settings, shards, force=config.force, fp=fingerprint(settings, ident), ident=ident, counts=counts)
+    frames = _frames(stream, run_results, metadata)
+    yield dg.Output(frames, output_name="source_files")
+    _ensure_consumed(frames, "source_files")
     for err in bad:
         context.log.warning(f"{err['status']}: {err['path']}: {err['reason']}")
-    return dg.MaterializeResult(
-        metadata={
-            **{k: dg.MetadataValue.int(v) for k, v in asdict(counts).items()},
-            **_parquet_table(settings, "source_files", MANIFEST_SCHEMA, shards),
-            "partitions": len(shards),
-            "problems": _problems(bad),
-        }
-    )
+    yield _side_file(settings, "file_deletions", shards)
 
 
-@dg.asset(
+@dg.multi_asset(
+    outs={
+        "extracted_content": dg.AssetOut(
+            group_name=GROUP,
+            owners=OWNERS,
+            tags={"layer": "ingest"},
+            kinds={"python", "parquet"},
+            metadata=_table(SEGMENTS_SCHEMA),
+            description="Text segments with line locators for every new or changed file; unreadable files get a reason.",
+        ),
+        "extraction_status": _side_out(
+            "extraction_status", "ingest", "Per-file extraction outcome: ok, failed (with reason) or partial; memory_chunks adds its own failures."
+        ),
+    },
     partitions_def=shard_partitions,
-    deps=[source_files],
-    group_name=GROUP,
-    owners=OWNERS,
-    tags={"layer": "ingest"},
-    kinds={"python", "parquet"},
-    metadata=_table(SEGMENTS_SCHEMA),
-    description="Text segments with line locators for every new or changed file; unreadable files get a reason.",
 )
 @_stage()
-def extracted_content(
-    context: dg.AssetExecutionContext, memory_config: MemoryConfigResource, run_results: dg.ResourceParam[RunResults]
-) -> dg.MaterializeResult:
+def extracted_content(context: dg.AssetExecutionContext, source_files: Frames, memory_config: MemoryConfigResource, run_results: dg.ResourceParam[RunResults]):
     settings = memory_config.settings()
     shards = list(context.partition_keys)
-    # The model is loaded only when chunk_embeddings has work: loading it in a thread here was
-    # measured slower (its import contends for the GIL with extraction and chunking).
-    counts = stages.extract_content(settings, shards)
-    run_results.extract = counts
-    for f in counts.failures:
-        context.log.warning(f"extraction failed: {f['path']}: {f['reason']}")
-    return dg.MaterializeResult(
-        metadata={
+    counts = run_results.extract = stages.ExtractCounts()
+
+    def metadata() -> dict:
+        return {
             "files": counts.files,
             "extracted": counts.extracted,
             "failed": counts.failed,
             "segments": counts.segments,
             "chars": counts.chars,
-            **_parquet_table(settings, "extracted_content", SEGMENTS_SCHEMA, shards),
             "failures": _problems(counts.failures),
         }
-    )
+
+    # The model is loaded only when chunk_embeddings has work: loading it in a thread here was
+    # measured slower (its import contends for the GIL with extraction and chunking).
+    frames = _frames(stages.extract_content(settings, source_files, counts), run_results, metadata)
+    yield dg.Output(frames, output_name="extracted_content")
+    _ensure_consumed(frames, "extracted_content")
+    for f in counts.failures:
+        context.log.warning(f"extraction failed: {f['path']}: {f['reason']}")
+    yield _side_file(settings, "extraction_status", shards)
 
 
 @dg.asset(
     partitions_def=shard_partitions,
-    deps=[extracted_content],
+    deps=[dg.AssetKey("extraction_status")],
     group_name=GROUP,
     owners=OWNERS,
     tags={"layer": "ingest"},
@@ -208,21 +293,20 @@ def extracted_content(
 @_stage()
 def memory_chunks(
     context: dg.AssetExecutionContext,
+    source_files: Frames,
+    extracted_content: Frames,
     memory_config: MemoryConfigResource,
     embedder: EmbedderResource,
     run_results: dg.ResourceParam[RunResults],
-) -> dg.MaterializeResult:
+):
     settings = memory_config.settings()
     resolved = embedder.resolved(settings)
     ident = embedder.identity(settings)
-    shards = list(context.partition_keys)
-    counts = stages.make_chunks(settings, shards, resolved.provider, ident)
-    run_results.chunk = counts
-    for f in counts.failures:
-        context.log.warning(f"chunking failed: {f['path']}: {f['reason']}")
+    counts = run_results.chunk = stages.ChunkCounts()
     budget, overlap = chunk_budget(settings, ident)
-    return dg.MaterializeResult(
-        metadata={
+
+    def metadata() -> dict:
+        return {
             "files": counts.files,
             "chunks": counts.chunks,
             "tokens": counts.tokens,
@@ -231,15 +315,18 @@ def memory_chunks(
             "max_model_tokens": counts.max_model_tokens,
             "failed": counts.failed,
             "model_input_limit": ident.max_input_tokens or 0,
-            **_parquet_table(settings, "memory_chunks", CHUNKS_SCHEMA, shards),
             "failures": _problems(counts.failures),
         }
-    )
+
+    frames = _frames(stages.make_chunks(settings, source_files, extracted_content, resolved.provider, ident, counts), run_results, metadata)
+    yield dg.Output(frames)
+    _ensure_consumed(frames, "memory_chunks")
+    for f in counts.failures:
+        context.log.warning(f"chunking failed: {f['path']}: {f['reason']}")
 
 
 @dg.asset(
     partitions_def=shard_partitions,
-    deps=[memory_chunks],
     group_name=GROUP,
     owners=OWNERS,
     tags={"layer": "index"},
@@ -249,19 +336,21 @@ def memory_chunks(
 @_stage(retry_transient=True)
 def chunk_embeddings(
     context: dg.AssetExecutionContext,
+    memory_chunks: Frames,
     memory_config: MemoryConfigResource,
     embedder: EmbedderResource,
     stage_hooks: dg.ResourceParam[StageHooks],
     run_results: dg.ResourceParam[RunResults],
-) -> dg.MaterializeResult:
+):
     # lancedb takes seconds to import; do it while the model computes (torch releases the GIL).
     threading.Thread(target=importlib.import_module, args=("lancedb",), name="import-lancedb", daemon=True).start()
     settings = memory_config.settings()
     resolved = embedder.resolved(settings)
     ident = embedder.identity(settings)
-    shards = list(context.partition_keys)
+    counts = stages.EmbedCounts()
     try:
-        counts = stages.embed_chunks(settings, shards, resolved.provider, ident, hooks=stage_hooks)
+        # The vectors are made here; only the per-shard frames are built as they are written.
+        stream = stages.embed_chunks(settings, memory_chunks, resolved.provider, ident, hooks=stage_hooks, counts=counts)
     except ProviderError as err:
         if not settings.fallback or resolved.fallback_from is not None:
             raise
@@ -282,7 +371,7 @@ def chunk_embeddings(
     if resolved.provider is None:
         context.log.warning(f"full-text only: {resolved.reason}")
     run_results.embed = counts
-    run_results.embed_info = stages.EmbedInfo(
+    info = run_results.embed_info = stages.EmbedInfo(
         provider=ident.provider,
         model=ident.model,
         dims=ident.dims,
@@ -293,31 +382,30 @@ def chunk_embeddings(
         est_cost_usd=cost["estimated_cost_usd"],
         tokens_total=counts.tokens_embedded + batch_tokens,
     )
-    # Without a provider the stage writes empty one-dimensional files (see stages.embed_chunks).
-    schema = embeddings_schema(ident.dims or 1)
-    return dg.MaterializeResult(
-        metadata={
-            "provider": ident.provider,
-            "model": ident.model,
-            "dims": ident.dims,
-            "chunks": counts.chunks,
-            "unique": counts.unique,
-            "cached": counts.cached,
-            "embedded": counts.embedded,
-            "media_embedded": counts.media_embedded,
-            "tokens": counts.tokens_embedded,
-            "tokens_total": counts.tokens_embedded + batch_tokens,
-            "est_cost_usd": cost["estimated_cost_usd"],
-            "embed_seconds": round(counts.seconds, 3),
-            "mode": run_results.embed_info.mode,
-            "requested_provider": resolved.requested,
-            "fallback_reason": run_results.embed_info.fallback_reason,
-            "requests": int(getattr(resolved.provider, "stats", {}).get("requests", 0)),
-            "retries": int(getattr(resolved.provider, "stats", {}).get("retries", 0)),
-            **_parquet_table(settings, "chunk_embeddings", schema, shards),
-            **_batch_metadata(counts),
-        }
-    )
+    # Without a provider the stage makes empty one-dimensional frames (see stages.embed_chunks).
+    metadata = {
+        "provider": ident.provider,
+        "model": ident.model,
+        "dims": ident.dims,
+        "chunks": counts.chunks,
+        "unique": counts.unique,
+        "cached": counts.cached,
+        "embedded": counts.embedded,
+        "media_embedded": counts.media_embedded,
+        "tokens": counts.tokens_embedded,
+        "tokens_total": counts.tokens_embedded + batch_tokens,
+        "est_cost_usd": cost["estimated_cost_usd"],
+        "embed_seconds": round(counts.seconds, 3),
+        "mode": info.mode,
+        "requested_provider": resolved.requested,
+        "fallback_reason": info.fallback_reason,
+        "requests": int(getattr(resolved.provider, "stats", {}).get("requests", 0)),
+        "retries": int(getattr(resolved.provider, "stats", {}).get("retries", 0)),
+        **_batch_metadata(counts),
+    }
+    frames = _frames(stream, run_results, lambda: metadata, retry_transient=True)
+    yield dg.Output(frames)
+    _ensure_consumed(frames, "chunk_embeddings")
 
 
 def _batch_metadata(counts: stages.EmbedCounts) -> dict:
@@ -340,35 +428,47 @@ def _batch_metadata(counts: stages.EmbedCounts) -> dict:
     return {**flat, **costs, "batch": dg.MetadataValue.json(b)}
 
 
-@dg.asset(
+@dg.multi_asset(
+    outs={
+        "memory_vectors": dg.AssetOut(
+            dagster_type=dg.Nothing,  # the LanceDB table, written by the stage: no value passes
+            group_name=GROUP,
+            owners=OWNERS,
+            tags={"layer": "index"},
+            kinds={"lancedb"},
+            description="The LanceDB table agents search; each changed file's rows replaced in one commit.",
+        ),
+        "indexed_state": _side_out(
+            "indexed_state", "index", "What the table holds per file (content hash, fingerprint, chunk count), recorded after each commit."
+        ),
+    },
+    deps=[dg.AssetKey("file_deletions"), dg.AssetKey("extraction_status")],
     partitions_def=shard_partitions,
-    deps=[chunk_embeddings],
-    group_name=GROUP,
-    owners=OWNERS,
-    tags={"layer": "index"},
-    kinds={"lancedb"},
-    description="The LanceDB table agents search; each changed file's rows replaced in one commit.",
 )
 @_stage(retry_transient=True)
 def memory_vectors(
     context: dg.AssetExecutionContext,
     config: IndexRunConfig,
+    source_files: Frames,
+    memory_chunks: Frames,
+    chunk_embeddings: Frames,
     memory_config: MemoryConfigResource,
     embedder: EmbedderResource,
     stage_hooks: dg.ResourceParam[StageHooks],
     run_results: dg.ResourceParam[RunResults],
-) -> dg.MaterializeResult:
+):
     settings = memory_config.settings()
     ident = embedder.identity(settings)
     shards = list(context.partition_keys)
+    write = functools.partial(stages.write_vectors, settings, ident, manifests=source_files, chunks=memory_chunks, embeddings=chunk_embeddings)
     try:
-        stats = stages.write_vectors(settings, shards, ident, force=config.force, hooks=stage_hooks)
+        stats = write(force=config.force, hooks=stage_hooks)
     except IndexMismatchError:
         if not config.force:
             raise
         context.log.warning("model or dimension changed: rebuilding the table (forced)")
         stages.reset_index_state(settings)
-        stats = stages.write_vectors(settings, shards, ident, recreate=True, force=True, hooks=stage_hooks)
+        stats = write(recreate=True, force=True, hooks=stage_hooks)
     run_results.write = stats
     maintenance = {}
     if context.run.tags.get(MAINTENANCE_TAG) == "true":
@@ -377,18 +477,21 @@ def memory_vectors(
 
         maintenance = VectorStore(storage.of(settings).lancedb_uri, generations.current(settings)[0]).maintain(ann=settings.ann)
         context.log.info(f"table maintenance: {maintenance}")
-    return dg.MaterializeResult(
+    yield dg.Output(
+        None,
+        output_name="memory_vectors",
         metadata={
             **{k: v for k, v in asdict(stats).items()},
             **maintenance,
             **_table(table_schema(ident.dims, ident.meta()), row_count=stats.table_rows),
             "uri": storage.of(settings).lancedb_uri,
-        }
+        },
     )
+    yield _side_file(settings, "indexed_state", shards)
 
 
 @dg.asset(
-    deps=[memory_vectors],
+    deps=[dg.AssetKey("memory_vectors")],
     group_name=GROUP,
     owners=OWNERS,
     tags={"layer": "analytics"},

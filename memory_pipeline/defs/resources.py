@@ -7,6 +7,8 @@
 - ``stage_hooks``: points a caller can act at (tests kill a run there); none by default.
 - ``run_results``: where the stages' counts are collected for the run summary; a fresh
   collector per run by default, the caller's own when `memory index` runs the graph.
+- ``io_manager`` (:class:`~memory_pipeline.defs.io_managers.PolarsParquetIOManager`): the
+  polars DataFrames between the assets, as one Parquet file per shard under the data folder.
 """
 
 from typing import TYPE_CHECKING
@@ -82,9 +84,12 @@ def run_results(_context) -> RunResults:
 
 def index_resources(config_path: str = "", *, hooks=NO_HOOKS, results: RunResults | None = None) -> dict:
     """The resources one index run is bound to (the defs folder's, or the CLI's with its own hooks and collector)."""
+    from memory_pipeline.defs.io_managers import PolarsParquetIOManager  # it builds on MemoryConfigResource
+
     memory_config = MemoryConfigResource(config_path=config_path)
     return {
         "memory_config": memory_config,
+        "io_manager": PolarsParquetIOManager(memory_config=memory_config),
         "embedder": EmbedderResource(memory_config=memory_config),
         "stage_hooks": dg.ResourceDefinition.hardcoded_resource(hooks) if hooks is not NO_HOOKS else stage_hooks,
         "run_results": dg.ResourceDefinition.hardcoded_resource(results) if results is not None else run_results,

@@ -6,10 +6,14 @@
     embed     → chunk_embeddings    cache, batch API, live requests           (stages/embed.py)
     write     → memory_vectors      one commit per changed file               (stages/write.py)
 
-Each stage reads its upstream Parquet files and writes its own through the storage
-layer (``memory_pipeline.storage``), atomically, and returns its counts. Nothing here
-knows about Dagster: the assets in ``defs/`` call these and report what they return;
-``report.py`` builds the run summary from the same counts. ``hooks.py`` holds the points
+Each stage takes its upstream data as mappings shard -> polars DataFrame and yields its
+own frames one shard at a time, filling in a counts object as it goes; whoever consumes
+them writes each shard (in a Dagster run, the IO manager; in the unit tests, the storage
+layer directly). The per-file records beside them (deletions, extraction status, indexed
+state) are written by the stages through the storage layer (``memory_pipeline.storage``),
+atomically. The write stage commits to the LanceDB table. Nothing here knows about
+Dagster: the assets in ``defs/`` call these and report what they return; ``report.py``
+builds the run summary from the same counts. ``hooks.py`` holds the points
 a caller (a test) can act at, injected, never read from the environment.
 """
 

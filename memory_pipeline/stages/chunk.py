@@ -1,7 +1,8 @@
 """Stage 3, ``memory_chunks``: token-aware chunks with stable ids, never over the model's input limit.
 
-A file whose chunking fails gets that reason in its extraction status (where every
-reader of per-file outcomes looks); the other files are chunked.
+Takes the manifests and the segments (shard -> frame) and yields the chunks one shard
+at a time. A file whose chunking fails gets that reason in its extraction status (where
+every reader of per-file outcomes looks); the other files are chunked.
 """
 
 from __future__ import annotations
@@ -9,18 +10,22 @@ from __future__ import annotations
 import hashlib
 import os
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from memory_pipeline import storage
 from memory_pipeline.changes import EmbeddingIdentity, chunk_budget, chunk_id, file_sha256
 from memory_pipeline.chunking import chunk_segments, locator_for
 from memory_pipeline.discovery import MEDIA_MODALITIES
 from memory_pipeline.errors import ProviderError
-from memory_pipeline.models import CHUNKS_SCHEMA, EXTRACTION_STATUS_SCHEMA, MANIFEST_SCHEMA, SEGMENTS_SCHEMA, Segment
+from memory_pipeline.models import CHUNKS_SCHEMA, EXTRACTION_STATUS_SCHEMA, Segment, frame_of
 from memory_pipeline.providers.base import EmbeddingProvider
 from memory_pipeline.settings import Settings
 from memory_pipeline.stages.media import NATIVE_MODALITIES, media_label, native_media_enabled, native_problem
+
+if TYPE_CHECKING:
+    import polars as pl
 
 
 @dataclass
@@ -33,29 +38,36 @@ class ChunkCounts:
     failures: list[dict] = field(default_factory=list)
 
 
-def make_chunks(settings: Settings, shards: Sequence[str], provider: EmbeddingProvider | None, ident: EmbeddingIdentity) -> ChunkCounts:
-    """Chunk every extracted file; chunks never exceed the provider's real input limit."""
+def make_chunks(
+    settings: Settings,
+    manifests: Mapping[str, pl.DataFrame],
+    segments: Mapping[str, pl.DataFrame],
+    provider: EmbeddingProvider | None,
+    ident: EmbeddingIdentity,
+    counts: ChunkCounts | None = None,
+) -> Iterator[tuple[str, pl.DataFrame]]:
+    """Yield ``(shard, chunks)`` per shard of ``segments``; chunks never exceed the provider's real input limit."""
     data = storage.of(settings)
     budget, overlap = chunk_budget(settings, ident)
     count_model = provider.count_tokens if provider is not None else None
     limit = provider.max_input_tokens if provider is not None else None
     native = native_media_enabled(settings, provider)
-    counts = ChunkCounts()
-    for shard in shards:
+    counts = counts if counts is not None else ChunkCounts()
+    for shard in segments:
         failed: dict[str, str] = {}
         not_native: dict[str, str] = {}  # media files embedded from derived text instead, and why
-        manifest = {r["doc_id"]: r for r in data.read("source_files", shard, MANIFEST_SCHEMA).to_pylist()}
+        manifest = {r["doc_id"]: r for r in manifests[shard].iter_rows(named=True)}
         segs_by_doc: dict[str, list[Segment]] = defaultdict(list)
-        for r in data.read("extracted_content", shard, SEGMENTS_SCHEMA).to_pylist():
+        for r in segments[shard].iter_rows(named=True):
             segs_by_doc[r["doc_id"]].append(Segment(r["text"], r["line_start"], r["line_end"], r["label"], r["kind"] or ""))
         rows: list[dict] = []
-        for doc, segments in segs_by_doc.items():
+        for doc, doc_segments in segs_by_doc.items():
             m = manifest[doc]
             counts.files += 1
             try:
                 chunks = chunk_segments(
                     m["modality"],
-                    segments,
+                    doc_segments,
                     budget=budget,
                     overlap=overlap,
                     model_limit=limit,
@@ -70,14 +82,13 @@ def make_chunks(settings: Settings, shards: Sequence[str], provider: EmbeddingPr
                 continue
             # Documents (docx, ...) are text only; media go natively when the model takes them, else say why not.
             goes_native = native and m["modality"] in NATIVE_MODALITIES
-            problem = native_problem(m["mime_type"], m["size"], segments) if goes_native else ""
+            problem = native_problem(m["mime_type"], m["size"], doc_segments) if goes_native else ""
             if problem:
                 not_native[doc] = f"not embedded natively ({problem}); indexed from its derived text"
-            rows.extend(_chunk_rows(m, shard, chunks, segments, goes_native and not problem, count_model))
+            rows.extend(_chunk_rows(m, shard, chunks, doc_segments, goes_native and not problem, count_model))
             counts.chunks += len(chunks)
             counts.tokens += sum(c.tokens for c in chunks)
             counts.max_model_tokens = max([counts.max_model_tokens, *(c.model_tokens for c in chunks)])
-        data.write_rows(rows, CHUNKS_SCHEMA, "memory_chunks", shard)
         if failed or not_native:
             # Recorded where every reader of per-file outcomes looks (run errors, coverage, checks):
             # a failure fails the file; a native fallback marks it indexed in part, with the reason.
@@ -89,7 +100,7 @@ def make_chunks(settings: Settings, shards: Sequence[str], provider: EmbeddingPr
                     r.update(reason="; ".join(x for x in (r["reason"], not_native[r["doc_id"]]) if x))
             data.write_rows(status, EXTRACTION_STATUS_SCHEMA, "extracted_content", shard, ".status")
             counts.failures.extend({"path": manifest[d]["abs_path"], "reason": r} for d, r in failed.items())
-    return counts
+        yield shard, frame_of(rows, CHUNKS_SCHEMA)
 
 
 def _chunk_rows(m: dict, shard: str, chunks, segments: list[Segment], native: bool, count_model=None) -> list[dict]:

@@ -1,26 +1,31 @@
 """Stage 1, ``source_files``: walk the sources, decide per file what this run does.
 
-Writes per shard the manifest (one row per file: stat, hash, type, status, action)
-and the deletions (files gone since the last run). Before deciding, the table is
-checked against the records (:func:`check_table`): files whose rows were lost or
-changed are indexed again and rows no record knows are removed.
+Produces per shard the manifest (one row per file: stat, hash, type, status, action),
+one shard at a time, and records the deletions (files gone since the last run) beside
+it. Before deciding, the table is checked against the records (:func:`check_table`):
+files whose rows were lost or changed are indexed again and rows no record knows are
+removed.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from memory_pipeline import storage
 from memory_pipeline.changes import EmbeddingIdentity, decide, file_sha256, fingerprint, same_stat
 from memory_pipeline.discovery import DiscoveredFile, assess, shard_of, walk_all
 from memory_pipeline.errors import StoreError
-from memory_pipeline.models import DELETIONS_SCHEMA, INDEXED_STATE_SCHEMA, MANIFEST_SCHEMA
+from memory_pipeline.models import DELETIONS_SCHEMA, INDEXED_STATE_SCHEMA, MANIFEST_SCHEMA, frame_of
 from memory_pipeline.settings import Settings
 from memory_pipeline.stores import generations
 from memory_pipeline.stores.lance import VectorStore
+
+if TYPE_CHECKING:
+    import polars as pl
 
 log = logging.getLogger("memory_pipeline")
 
@@ -103,12 +108,25 @@ class DiscoverCounts:
     files_repaired: int = 0  # files re-indexed or removed because the table lost or changed their rows
 
 
-def discover(settings: Settings, shards: Sequence[str], *, force: bool, fp: str, ident: EmbeddingIdentity | None = None) -> DiscoverCounts:
+def discover(
+    settings: Settings,
+    shards: Sequence[str],
+    *,
+    force: bool,
+    fp: str,
+    ident: EmbeddingIdentity | None = None,
+    counts: DiscoverCounts | None = None,
+) -> Iterator[tuple[str, pl.DataFrame]]:
     """Stat-walk every source, hash only what changed, decide per file: index, unchanged or nothing.
 
-    With ``ident``, the table is first checked against the records: files whose rows are
-    missing or hold other content are re-indexed, rows of files no record knows are removed.
+    Yields ``(shard, manifest)`` for every shard, in order, as each is decided (hashing
+    happens as the caller consumes); the shard's deletions are recorded
+    (``source_files/<shard>.deletions``) before its manifest is yielded. ``counts`` is
+    filled in as it goes. With ``ident``, the table is first checked against the records:
+    files whose rows are missing or hold other content are re-indexed, rows of files no
+    record knows are removed.
     """
+    counts = counts if counts is not None else DiscoverCounts()
     data = storage.of(settings)
     wanted = set(shards)
     check = check_table(settings, ident, shards) if ident is not None and not force else None
@@ -118,7 +136,6 @@ def discover(settings: Settings, shards: Sequence[str], *, force: bool, fp: str,
     for f in walk_all(settings):
         if f.shard in wanted:
             by_shard[f.shard].append(f)
-    counts = DiscoverCounts()
     # A source folder that is missing (an unmounted disk) must not wipe its rows from the index.
     missing = {s.name: s.path for s in settings.sources if not s.path.is_dir()}
     for name, path in missing.items():
@@ -146,9 +163,8 @@ def discover(settings: Settings, shards: Sequence[str], *, force: bool, fp: str,
             if d not in present_ok and d.split(":", 1)[0] not in missing
         ]
         counts.files_deleted += len(deletions)
-        data.write_rows(rows, MANIFEST_SCHEMA, "source_files", shard)
         data.write_rows(deletions, DELETIONS_SCHEMA, "source_files", shard, ".deletions")
-    return counts
+        yield shard, frame_of(rows, MANIFEST_SCHEMA)
 
 
 def manifest_row(f: DiscoveredFile, prev: dict | None, state: dict | None, settings: Settings, *, force: bool, fp: str, counts: DiscoverCounts) -> dict:

@@ -3,15 +3,20 @@
 The embedding cache first (by content hash, so unchanged text is never sent twice),
 then the provider's batch API where configured, then live requests in slices; every
 slice is checkpointed to the cache, so a killed run loses at most one slice.
+
+The vectors are made corpus-wide when :func:`embed_chunks` is called (so a provider's
+failure is raised there); the frames of content hash and vector are then built one
+shard at a time as the caller consumes them.
 """
 
 from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -20,12 +25,15 @@ from memory_pipeline import progress, storage
 from memory_pipeline.batching.stage import embed_batched
 from memory_pipeline.changes import EmbeddingIdentity
 from memory_pipeline.errors import ProviderError
-from memory_pipeline.models import CHUNKS_SCHEMA, embeddings_schema
+from memory_pipeline.models import embeddings_schema
 from memory_pipeline.providers.base import EmbeddingProvider
 from memory_pipeline.settings import Settings
 from memory_pipeline.stages.hooks import NO_HOOKS, StageHooks
 from memory_pipeline.stages.media import embed_media
 from memory_pipeline.stores.cache import EmbeddingCache, cache_key
+
+if TYPE_CHECKING:
+    import polars as pl
 
 
 @dataclass
@@ -45,28 +53,29 @@ class EmbedCounts:
 
 def embed_chunks(
     settings: Settings,
-    shards: Sequence[str],
+    chunks: Mapping[str, pl.DataFrame],
     provider: EmbeddingProvider | None,
     ident: EmbeddingIdentity,
     hooks: StageHooks = NO_HOOKS,
-) -> EmbedCounts:
-    """Vectors for every chunk of the changed files: cache first, then the provider, corpus-wide."""
+    counts: EmbedCounts | None = None,
+) -> Iterator[tuple[str, pl.DataFrame]]:
+    """Vectors for every chunk of the changed files (cache first, then the provider, corpus-wide), made now;
+    returns ``(shard, content_hash + vector)`` per shard of ``chunks``, built as it is consumed."""
     data = storage.of(settings)
-    counts = EmbedCounts(dims=ident.dims)
-    chunk_tables = {s: data.read("memory_chunks", s, CHUNKS_SCHEMA) for s in shards}
+    counts = counts if counts is not None else EmbedCounts()
+    counts.dims = ident.dims
     if provider is None:
-        # Full-text only: empty one-dimensional files, so the graph stays whole.
-        for s in shards:
-            data.write(embeddings_schema(1).empty_table(), "chunk_embeddings", s)
-        return counts
+        # Full-text only: empty one-dimensional frames (the chunks are not even read), so the graph stays whole.
+        return ((s, _frame([], np.zeros((0, 1), np.float32), 1)) for s in chunks)
     texts: dict[str, str] = {}
     tokens: dict[str, int] = {}
     shards_of: dict[str, set[str]] = defaultdict(set)
     media: dict[str, tuple[str, str, str, Path | None]] = {}  # content hash -> (abs path, mime, label, root)
     roots = {s.name: s.path for s in settings.sources}
-    for shard, table in chunk_tables.items():
-        counts.chunks += table.num_rows
-        for h, t, n, f, mime, src in zip(*(table.column(c).to_pylist() for c in ("content_hash", "embed_text", "tokens", "media_file", "mime_type", "source"))):
+    for shard in chunks:
+        table = chunks[shard]
+        counts.chunks += table.height
+        for h, t, n, f, mime, src in table.select("content_hash", "embed_text", "tokens", "media_file", "mime_type", "source").iter_rows():
             texts.setdefault(h, t)
             tokens.setdefault(h, n)
             shards_of[h].add(shard)
@@ -80,14 +89,24 @@ def embed_chunks(
     finally:
         if cache is not None:
             cache.close()
-    schema = embeddings_schema(ident.dims)
-    for s, table in chunk_tables.items():
+    return _frames(chunks, vectors, ident.dims)
+
+
+def _frames(chunks: Mapping[str, pl.DataFrame], vectors: dict[str, np.ndarray], dims: int) -> Iterator[tuple[str, pl.DataFrame]]:
+    for s in chunks:
         # Chunks still in a running batch job get no vector yet: their files wait (memory_vectors skips them).
-        hashes = sorted(h for h in set(table.column("content_hash").to_pylist()) if h in vectors)
-        arr = np.stack([vectors[h] for h in hashes]).astype(np.float32) if hashes else np.zeros((0, ident.dims), np.float32)
-        vec = pa.FixedSizeListArray.from_arrays(pa.array(arr.reshape(-1), type=pa.float32()), ident.dims)
-        data.write(pa.Table.from_arrays([pa.array(hashes, type=pa.string()), vec], schema=schema), "chunk_embeddings", s)
-    return counts
+        hashes = sorted(h for h in set(chunks[s].get_column("content_hash").to_list()) if h in vectors)
+        arr = np.stack([vectors[h] for h in hashes]).astype(np.float32) if hashes else np.zeros((0, dims), np.float32)
+        yield s, _frame(hashes, arr, dims)
+
+
+def _frame(hashes: list[str], arr: np.ndarray, dims: int) -> pl.DataFrame:
+    import polars as pl
+
+    vec = pa.FixedSizeListArray.from_arrays(pa.array(arr.reshape(-1), type=pa.float32()), dims)
+    frame = pl.from_arrow(pa.Table.from_arrays([pa.array(hashes, type=pa.string()), vec], schema=embeddings_schema(dims)))
+    assert isinstance(frame, pl.DataFrame)
+    return frame
 
 
 def _embed(settings, provider, ident, hooks, texts, tokens, shards_of, media, cache, vectors, counts: EmbedCounts) -> None:

@@ -1,20 +1,25 @@
 """Stage 2, ``extracted_content``: text segments for every file the manifest marks ``index``.
 
-Writes per shard the segments (text with line locators) and the extraction status
-(ok, failed with a reason, or ok with a warning when indexed in part). One file's
-failure, whatever it is, becomes that file's recorded error; the stage goes on.
+Takes the manifests (shard -> frame), yields the segments (text with line locators)
+one shard at a time and records beside them the extraction status (ok, failed with a
+reason, or ok with a warning when indexed in part). One file's failure, whatever it is,
+becomes that file's recorded error; the stage goes on.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from memory_pipeline import progress, storage
 from memory_pipeline.errors import ExtractionError
 from memory_pipeline.extraction import MediaOptions, extract, shutdown_worker
-from memory_pipeline.models import EXTRACTION_STATUS_SCHEMA, MANIFEST_SCHEMA, SEGMENTS_SCHEMA
+from memory_pipeline.models import EXTRACTION_STATUS_SCHEMA, SEGMENTS_SCHEMA, frame_of
 from memory_pipeline.settings import Settings
+
+if TYPE_CHECKING:
+    import polars as pl
 
 
 @dataclass
@@ -27,31 +32,34 @@ class ExtractCounts:
     failures: list[dict] = field(default_factory=list)
 
 
-def extract_content(settings: Settings, shards: Sequence[str]) -> ExtractCounts:
-    """Extract text segments for every file marked ``index``; failures are recorded, never raised."""
+def extract_content(settings: Settings, manifests: Mapping[str, pl.DataFrame], counts: ExtractCounts | None = None) -> Iterator[tuple[str, pl.DataFrame]]:
+    """Yield ``(shard, segments)`` per shard of ``manifests`` for the files marked ``index``,
+    recording each shard's extraction status before its segments; failures are recorded, never raised."""
+    import polars as pl
+
     data = storage.of(settings)
-    counts = ExtractCounts()
+    counts = counts if counts is not None else ExtractCounts()
     options = MediaOptions.from_settings(settings)
-    todo = {s: [r for r in data.read("source_files", s, MANIFEST_SCHEMA).to_pylist() if r["action"] == "index"] for s in shards}
-    total = sum(len(v) for v in todo.values())
+    todo = pl.col("action") == "index"
+    # A first pass over the (small) manifests, for the progress total: one shard in memory at a time.
+    total = sum(manifests[s].filter(todo).height for s in manifests)
     roots = {s.name: s.path for s in settings.sources}
     done = 0
     if total:
         progress.report("extract", 0, total, "files")
     try:
-        for shard in shards:
+        for shard in manifests:
             seg_rows: list[dict] = []
             status_rows: list[dict] = []
-            for row in todo[shard]:
+            for row in manifests[shard].filter(todo).iter_rows(named=True):
                 counts.files += 1
                 _extract_one(row, roots, options, counts, seg_rows, status_rows)
                 done += 1
                 progress.report("extract", done, total, "files")
-            data.write_rows(seg_rows, SEGMENTS_SCHEMA, "extracted_content", shard)
             data.write_rows(status_rows, EXTRACTION_STATUS_SCHEMA, "extracted_content", shard, ".status")
+            yield shard, frame_of(seg_rows, SEGMENTS_SCHEMA)
     finally:
         shutdown_worker()  # the media worker (if one was started) ends with the stage
-    return counts
 
 
 def _extract_one(row: dict, roots: dict, options: MediaOptions, counts: ExtractCounts, seg_rows: list[dict], status_rows: list[dict]) -> None:

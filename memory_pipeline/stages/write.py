@@ -1,7 +1,8 @@
 """Stage 5, ``memory_vectors``: the LanceDB table agents search.
 
-Each changed file's rows are replaced in one commit, deleted files' rows removed, the
-full-text and ANN indices kept current. What the table holds is recorded per shard
+Takes the manifests, the chunks and the embeddings (shard -> frame, each read when its
+shard comes up). Each changed file's rows are replaced in one commit, deleted files' rows
+removed, the full-text and ANN indices kept current. What the table holds is recorded per shard
 (``memory_vectors/<shard>.state``) only after the commit: a run killed before that is
 simply redone by the next one (rows are keyed by chunk id, vectors come from the cache).
 """
@@ -10,9 +11,10 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -35,6 +37,9 @@ from memory_pipeline.stages.hooks import NO_HOOKS, StageHooks
 from memory_pipeline.stores import generations
 from memory_pipeline.stores.lance import FTS_COLUMN, VectorStore, table_schema
 
+if TYPE_CHECKING:
+    import polars as pl
+
 
 @dataclass
 class WriteStats:
@@ -55,17 +60,20 @@ class WriteStats:
 
 def write_vectors(
     settings: Settings,
-    shards: Sequence[str],
     ident: EmbeddingIdentity,
     *,
+    manifests: Mapping[str, pl.DataFrame],
+    chunks: Mapping[str, pl.DataFrame],
+    embeddings: Mapping[str, pl.DataFrame],
     recreate: bool = False,
     force: bool = False,
     hooks: StageHooks = NO_HOOKS,
 ) -> WriteStats:
     """Replace each changed file's rows in one commit, remove deleted files, keep FTS current.
 
-    A forced run replaces its shards whole, which also repairs what no per-file write
-    can see (duplicated ids, rows of files the index lost track of).
+    Works through the shards of ``chunks``, one at a time. A forced run replaces its
+    shards whole, which also repairs what no per-file write can see (duplicated ids,
+    rows of files the index lost track of).
     """
     data = storage.of(settings)
     stats = WriteStats()
@@ -76,20 +84,21 @@ def write_vectors(
     store.ensure(ident.dims, ident.meta(), recreate=recreate)
     fp = fingerprint(settings, ident)
     now = datetime.now(UTC)
-    for done, shard in enumerate(shards, start=1):
-        manifest = {r["doc_id"]: r for r in data.read("source_files", shard, MANIFEST_SCHEMA).to_pylist()}
+    for done, shard in enumerate(chunks, start=1):
+        manifest = {r["doc_id"]: r for r in manifests[shard].iter_rows(named=True)}
+        # The side records are read where they are (the stages before amended them in place).
         ext_status = data.read("extracted_content", shard, EXTRACTION_STATUS_SCHEMA, ".status").to_pylist()
         replaced = [r["doc_id"] for r in ext_status if r["status"] == "ok"]
         deleted = data.read("source_files", shard, DELETIONS_SCHEMA, ".deletions").column("doc_id").to_pylist()
-        chunks = data.read("memory_chunks", shard, CHUNKS_SCHEMA)
-        waiting = _docs_waiting_for_vectors(data, shard, chunks, ident)
+        shard_chunks = chunks[shard].to_arrow().select(CHUNKS_SCHEMA.names).cast(CHUNKS_SCHEMA)
+        waiting = _docs_waiting_for_vectors(embeddings, shard, shard_chunks, ident)
         if waiting:
             # Their vectors are in a batch job still running: they keep their current rows until it is in.
             # pyarrow.compute's functions are generated at import time: its stubs do not list them
-            chunks = chunks.filter(pc.invert(pc.is_in(chunks.column("doc_id"), pa.array(sorted(waiting)))))  # pyright: ignore[reportAttributeAccessIssue]
+            shard_chunks = shard_chunks.filter(pc.invert(pc.is_in(shard_chunks.column("doc_id"), pa.array(sorted(waiting)))))  # pyright: ignore[reportAttributeAccessIssue]
             replaced = [d for d in replaced if d not in waiting]
             stats.files_pending += len(waiting)
-        rows = table_rows(chunks, settings, shard, ident, now)
+        rows = table_rows(shard_chunks, settings, shard, ident, now)
         whole = force and not waiting
         counts = store.replace_shard(rows, shard) if whole else store.replace_docs(rows, replaced + deleted)
         hooks.at("write_after_first_commit")
@@ -105,12 +114,12 @@ def write_vectors(
         for d in deleted:
             state.pop(d, None)
         per_doc: dict[str, int] = defaultdict(int)
-        for d in chunks.column("doc_id").to_pylist():
+        for d in shard_chunks.column("doc_id").to_pylist():
             per_doc[d] += 1
         for d in replaced:
             state[d] = {"doc_id": d, "sha256": manifest[d]["sha256"], "fingerprint": fp, "chunks": per_doc.get(d, 0)}
         data.write_rows(sorted(state.values(), key=lambda r: r["doc_id"]), INDEXED_STATE_SCHEMA, "memory_vectors", shard, ".state")
-        progress.report("write", done, len(shards), "partitions")
+        progress.report("write", done, len(chunks), "partitions")
     if stats.commits or force:
         stats.fts = store.ensure_fts(settings.fts, rebuild=force).get("fts", "")
         stats.ann = store.ensure_ann(settings.ann).get("ann", "")
@@ -142,12 +151,13 @@ def reset_index_state(settings: Settings) -> None:
     storage.of(settings).drop("memory_vectors", ".state")
 
 
-def _docs_waiting_for_vectors(data: storage.DataStore, shard: str, chunks: pa.Table, ident: EmbeddingIdentity) -> set[str]:
+def _docs_waiting_for_vectors(embeddings: Mapping[str, pl.DataFrame], shard: str, chunks: pa.Table, ident: EmbeddingIdentity) -> set[str]:
     """Files of the shard with a chunk that has no vector yet (a ``wait: false`` batch still running)."""
     if ident.dims <= 0 or chunks.num_rows == 0:
         return set()
-    path = data.asset("chunk_embeddings", shard)
-    have = set(pq.read_table(path, columns=["content_hash"]).column("content_hash").to_pylist()) if path.is_file() else set()
+    frame = embeddings[shard]  # read only for a shard with chunks to write
+    # A shard with no embeddings file reads as a frame without columns: nothing has its vector.
+    have = set(frame.get_column("content_hash").to_list()) if "content_hash" in frame.columns else set()
     return {d for d, h in zip(chunks.column("doc_id").to_pylist(), chunks.column("content_hash").to_pylist()) if h not in have}
 
 

@@ -21,7 +21,11 @@ from memory_pipeline_tests.helpers import asset_metadata, materialize, table_row
 def test_definitions_load_and_name_everything():
     repo = defs.get_repository_def()
     keys = {k.to_user_string() for k in repo.asset_graph.get_all_asset_keys()}
-    assert keys == {"source_files", "extracted_content", "memory_chunks", "chunk_embeddings", "memory_vectors", "index_coverage"}
+    assert keys == {"source_files", "extracted_content", "memory_chunks", "chunk_embeddings", "memory_vectors", "index_coverage"} | {
+        "file_deletions",
+        "extraction_status",
+        "indexed_state",
+    }  # the side files, so that lineage shows them
     assert repo.has_job("index_job")
     assert {s.name for s in repo.sensor_defs} == {"memory_files_sensor", "batch_jobs_sensor"}
     assert {s.name for s in repo.schedule_defs} == {"nightly_reconciliation_schedule"}

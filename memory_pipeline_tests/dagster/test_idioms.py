@@ -16,18 +16,23 @@ from memory_pipeline.defs.assets import _MAX_LISTED, _problems, index_assets, in
 from memory_pipeline.defs.checks import CHECKS, COVERAGE, index_coverage_checks
 from memory_pipeline.defs.partitions import FULL_RANGE_TAGS
 from memory_pipeline.defs.resources import index_resources
-from memory_pipeline.models import CHUNKS_SCHEMA, MANIFEST_SCHEMA, SEGMENTS_SCHEMA
+from memory_pipeline.models import CHUNKS_SCHEMA, DELETIONS_SCHEMA, EXTRACTION_STATUS_SCHEMA, INDEXED_STATE_SCHEMA, MANIFEST_SCHEMA, SEGMENTS_SCHEMA
 from memory_pipeline.settings import load_settings
 from memory_pipeline_tests.conftest import SAMPLE, TEXT_ONLY, write_config
 from memory_pipeline_tests.helpers import LOGGERS, REPO, asset_metadata, materialize
 
 ASSETS = ("source_files", "extracted_content", "memory_chunks", "chunk_embeddings", "memory_vectors", "index_coverage")
+# The side files, assets of their own (so lineage shows them), each from its stage's multi_asset.
+SIDE_ASSETS = {"file_deletions": "source_files", "extraction_status": "extracted_content", "indexed_state": "memory_vectors"}
 LAYERS = {
     "source_files": "ingest",
+    "file_deletions": "ingest",
     "extracted_content": "ingest",
+    "extraction_status": "ingest",
     "memory_chunks": "ingest",
     "chunk_embeddings": "index",
     "memory_vectors": "index",
+    "indexed_state": "index",
     "index_coverage": "analytics",
 }
 # What runner._summary reads back from the materializations.
@@ -66,14 +71,14 @@ def test_pyproject_declares_the_dg_project():
     assert dg_config["project"]["defs_module"] == "memory_pipeline.defs"
     # definitions.py loads the defs folder: what it yields is what lives there.
     repo = defs.get_repository_def()
-    assert {k.to_user_string() for k in repo.asset_graph.get_all_asset_keys()} == set(ASSETS)
+    assert {k.to_user_string() for k in repo.asset_graph.get_all_asset_keys()} == set(ASSETS) | set(SIDE_ASSETS)
     assert {k.name for k in repo.asset_graph.asset_check_keys} == set(CHECKS)
-    assert set(defs.resources) == {"memory_config", "embedder", "stage_hooks", "run_results"}
+    assert set(defs.resources) == {"memory_config", "embedder", "stage_hooks", "run_results", "io_manager"}
 
 
 def test_every_asset_has_owners_tags_kinds_description_and_a_code_reference():
     specs = _specs()
-    assert set(specs) == set(ASSETS)
+    assert set(specs) == set(ASSETS) | set(SIDE_ASSETS)
     assets_py = (REPO / "memory_pipeline" / "defs" / "assets.py").read_text().splitlines()
     for name, spec in specs.items():
         assert spec.owners == ["team:memory"], name
@@ -85,9 +90,11 @@ def test_every_asset_has_owners_tags_kinds_description_and_a_code_reference():
         ref = refs[0]
         assert isinstance(ref, dg.LocalFileCodeReference), name
         assert Path(ref.file_path) == REPO / "memory_pipeline" / "defs" / "assets.py", name
-        # The line is where the asset's definition starts (its decorator), and its function follows.
+        # The line is where the asset's definition starts (its decorator), and its function follows
+        # (a side file's is its stage's multi_asset).
         first_def = next(line for line in assets_py[ref.line_number - 1 :] if line.startswith("def "))
-        assert assets_py[ref.line_number - 1].startswith("@dg.asset(") and first_def.startswith(f"def {name}("), (name, ref.line_number)
+        assert assets_py[ref.line_number - 1].startswith(("@dg.asset(", "@dg.multi_asset(")), (name, ref.line_number)
+        assert first_def.startswith(f"def {SIDE_ASSETS.get(name, name)}("), (name, ref.line_number)
 
 
 def test_checks_are_defined_apart_from_the_asset_and_keep_their_blocking():
@@ -129,6 +136,17 @@ def test_every_materialization_reports_row_count_and_column_schema(built):
     # A full-range run holds every partition.
     for name in ("source_files", "extracted_content", "memory_chunks", "chunk_embeddings"):
         assert meta[name]["dagster/partition_row_count"] == meta[name]["dagster/row_count"], name
+    # The side files: their rows, schema and folder, like the assets they sit beside.
+    side_schemas = {"file_deletions": DELETIONS_SCHEMA, "extraction_status": EXTRACTION_STATUS_SCHEMA, "indexed_state": INDEXED_STATE_SCHEMA}
+    for name, schema in side_schemas.items():
+        side = asset_metadata(result, name)
+        assert [c.name for c in side["dagster/column_schema"].columns] == schema.names, name
+        assert side["dagster/partition_row_count"] == side["dagster/row_count"], name
+        assert Path(side["dagster/uri"]).name == SIDE_ASSETS[name], name
+    assert asset_metadata(result, "extraction_status")["dagster/row_count"] == meta["extracted_content"]["files"]
+    assert asset_metadata(result, "indexed_state")["dagster/row_count"] == meta["memory_vectors"]["files_replaced"]
+    for name in ("source_files", "extracted_content", "memory_chunks", "chunk_embeddings"):
+        assert Path(meta[name]["dagster/uri"]) == load_settings(config).data_dir / "assets" / name, name
     # The keys the CLI's summary reads are still there.
     for name, keys in RUNNER_KEYS.items():
         assert keys <= set(meta[name]), (name, keys - set(meta[name]))

@@ -1,4 +1,9 @@
-"""The stages called directly, as plain functions, with a deterministic test embedder: no Dagster, no model."""
+"""The stages called directly, as plain functions, with a deterministic test embedder: no Dagster, no model.
+
+The stages take their inputs as mappings shard -> polars DataFrame and yield their outputs one
+shard at a time; here the files between them are written and read through the storage layer,
+as the IO manager does in a Dagster run.
+"""
 
 from __future__ import annotations
 
@@ -13,11 +18,15 @@ import pytest
 from memory_pipeline import storage
 from memory_pipeline.changes import EmbeddingIdentity, fingerprint, manifest_fingerprints, shard_fingerprints
 from memory_pipeline.discovery import SHARD_KEYS, assess, walk_all
-from memory_pipeline.models import INDEXED_STATE_SCHEMA, MANIFEST_SCHEMA
+from memory_pipeline.models import INDEXED_STATE_SCHEMA, MANIFEST_SCHEMA, SEGMENTS_SCHEMA, asset_schema, frame_of
 from memory_pipeline.providers.registry import ResolvedProvider
 from memory_pipeline.settings import load_settings
 from memory_pipeline.stages import (
     NO_HOOKS,
+    ChunkCounts,
+    DiscoverCounts,
+    EmbedCounts,
+    ExtractCounts,
     RunResults,
     RunSummary,
     StageHooks,
@@ -50,14 +59,50 @@ def memory(tmp_path: Path):
     return mem, settings, embedder, ident
 
 
+def _store(settings, asset: str, stream) -> None:
+    """Write a stage's frames, one shard at a time (what the IO manager does)."""
+    data = storage.of(settings)
+    for shard, frame in stream:
+        data.write_frame(frame, asset, shard, asset_schema(asset, frame))
+
+
+def _frames(settings, asset: str):
+    """An asset's shards as a stage's input: read when looked up (what the IO manager loads)."""
+    return storage.of(settings).frames(asset, SHARDS, asset_schema(asset))
+
+
 def _run(settings, embedder, ident, *, force=False, hooks: StageHooks = NO_HOOKS) -> RunResults:
-    results = RunResults()
-    results.discover = discover(settings, SHARDS, force=force, fp=fingerprint(settings, ident), ident=ident)
-    results.extract = extract_content(settings, SHARDS)
-    results.chunk = make_chunks(settings, SHARDS, embedder, ident)
-    results.embed = embed_chunks(settings, SHARDS, embedder, ident, hooks=hooks)
-    results.write = write_vectors(settings, SHARDS, ident, force=force, hooks=hooks)
+    results = RunResults(discover=DiscoverCounts(), extract=ExtractCounts(), chunk=ChunkCounts(), embed=EmbedCounts())
+    _store(settings, "source_files", discover(settings, SHARDS, force=force, fp=fingerprint(settings, ident), ident=ident, counts=results.discover))
+    _store(settings, "extracted_content", extract_content(settings, _frames(settings, "source_files"), results.extract))
+    _store(
+        settings,
+        "memory_chunks",
+        make_chunks(settings, _frames(settings, "source_files"), _frames(settings, "extracted_content"), embedder, ident, results.chunk),
+    )
+    _store(settings, "chunk_embeddings", embed_chunks(settings, _frames(settings, "memory_chunks"), embedder, ident, hooks=hooks, counts=results.embed))
+    inputs = {"manifests": _frames(settings, "source_files"), "chunks": _frames(settings, "memory_chunks"), "embeddings": _frames(settings, "chunk_embeddings")}
+    results.write = write_vectors(settings, ident, **inputs, force=force, hooks=hooks)
     return results
+
+
+def test_a_stage_takes_frames_and_yields_frames_without_files(memory):
+    """make_chunks over frames built in memory: its chunks come back per shard, nothing is written."""
+    mem, settings, embedder, ident = memory
+    path = mem / "notes" / "a.md"
+    row = {"doc_id": "mem:notes/a.md", "source": "mem", "path": "notes/a.md", "abs_path": str(path), "shard": "00", "size": path.stat().st_size}
+    row |= {"mtime_ns": 1, "inode": 1, "sha256": "ab" * 32, "mime_type": "text/markdown", "modality": "markdown", "status": "ok", "action": "index"}
+    manifests = {"00": frame_of([row], MANIFEST_SCHEMA)}
+    segments = {
+        "00": frame_of(
+            [{"doc_id": row["doc_id"], "seg_index": 0, "text": path.read_text(), "line_start": 1, "line_end": 3, "label": "", "kind": ""}], SEGMENTS_SCHEMA
+        )
+    }
+    counts = ChunkCounts()
+    out = dict(make_chunks(settings, manifests, segments, embedder, ident, counts))
+    assert list(out) == ["00"] and out["00"].height == counts.chunks >= 1
+    assert out["00"]["path"].to_list()[0] == "notes/a.md" and "tomatoes" in out["00"]["text"].to_list()[0]
+    assert not (settings.data_dir / "assets" / "memory_chunks").exists()
 
 
 def test_each_stage_returns_its_counts_and_a_second_run_does_nothing(memory):
@@ -155,7 +200,7 @@ def test_scan_and_index_classify_every_file_the_same(memory):
     mem, settings, embedder, ident = memory
     (mem / "notes" / "fake.md").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 32)  # a PNG named .md
     (mem / "empty.md").write_text("")
-    discover(settings, SHARDS, force=False, fp=fingerprint(settings, ident), ident=None)
+    _store(settings, "source_files", discover(settings, SHARDS, force=False, fp=fingerprint(settings, ident), ident=None))
     data = storage.of(settings)
     indexed = {r["abs_path"]: (r["status"], r["reason"], r["modality"]) for s in SHARDS for r in data.read("source_files", s, MANIFEST_SCHEMA).to_pylist()}
     scanned = {}
@@ -170,7 +215,7 @@ def test_the_walk_status_is_stored_so_the_sensor_digest_needs_no_reason_text(mem
     mem, settings, embedder, ident = memory
     (mem / "big.md").write_text("x" * 100)
     settings = load_settings(write_config(settings.config_path, limits={"max_file_bytes": 50}))
-    discover(settings, SHARDS, force=False, fp=fingerprint(settings, ident), ident=None)
+    _store(settings, "source_files", discover(settings, SHARDS, force=False, fp=fingerprint(settings, ident), ident=None))
     rows = [r for s in SHARDS for r in storage.of(settings).read("source_files", s, MANIFEST_SCHEMA).to_pylist()]
     assert {r["path"]: r["walk_status"] for r in rows}["big.md"] == "skipped"
     assert shard_fingerprints(settings) == manifest_fingerprints(settings, SHARDS)
