@@ -23,13 +23,9 @@ def table_rows(data_dir: Path, columns=("chunk_id", "path", "text", "content_has
 
 def _drop_file_read_override() -> None:  # pragma: no cover - runs in the child
     """Drop root's CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH so file permissions apply to it."""
-    import ctypes
+    from memory_pipeline_tests.zygote import _drop_file_read_override as drop
 
-    libc = ctypes.CDLL(None, use_errno=True)
-    pr_capbset_drop = 24
-    for cap in (1, 2):
-        if libc.prctl(pr_capbset_drop, cap, 0, 0, 0) != 0:
-            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP) failed")
+    drop()
 
 
 def run_cli(
@@ -40,33 +36,149 @@ def run_cli(
     timeout: int = 600,
     kill_at: str | None = None,
     embed_slice: int | None = None,
+    fresh: bool = False,
+    inherit_env: bool = True,
 ):
-    """Run `memory ...` in a fresh process; returns CompletedProcess.
+    """Run `memory ...` as a new process; returns CompletedProcess.
 
+    The process is forked from the tests' fork server (``zygote.py``: the heavy third-party
+    imports done once) unless ``fresh`` asks for a new interpreter (a test about start-up) or
+    ``env`` changes a variable read at import time; either way it is a process of its own with
+    the given environment, directory, argv, output and exit status.
     ``honor_permissions``: when running as root, make the child subject to file
     permissions (so a chmod 000 file is really unreadable to it).
     ``kill_at``: the run kills itself with SIGKILL at this point (``stages.hooks.POINTS``),
     with vectors checkpointed every ``embed_slice`` chunks (see fault_cli.py).
+    ``inherit_env=False``: ``env`` is the whole environment, not additions to this one's.
     """
-    full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "DAGSTER_DISABLE_TELEMETRY": "1", **(env or {})}
+    base = {**os.environ, "HF_HUB_OFFLINE": "1", "DAGSTER_DISABLE_TELEMETRY": "1"} if inherit_env else {}
+    full_env = {**base, **(env or {})}
+    module, argv = "memory_pipeline.cli", list(args)
+    if kill_at is not None:
+        module, argv = "memory_pipeline_tests.fault_cli", ["--kill-at", kill_at]
+        if embed_slice is not None:
+            argv += ["--embed-slice", str(embed_slice)]
+        argv += ["--", *args]
+    workdir = str(cwd or REPO)
+    if not fresh and _ZYGOTE.accepts(full_env):
+        try:
+            return _ZYGOTE.run(module, argv, full_env, workdir, honor_permissions and os.geteuid() == 0, timeout)
+        except ConnectionError:
+            _ZYGOTE.broken = True  # the server is gone: new interpreters from here on
     kwargs = {}
     if honor_permissions and os.geteuid() == 0:
         kwargs["preexec_fn"] = _drop_file_read_override
-    command = [sys.executable, "-m", "memory_pipeline.cli", *args]
-    if kill_at is not None:
-        command = [sys.executable, "-m", "memory_pipeline_tests.fault_cli", "--kill-at", kill_at]
-        if embed_slice is not None:
-            command += ["--embed-slice", str(embed_slice)]
-        command += ["--", *args]
     return subprocess.run(
-        command,
+        [sys.executable, "-m", module, *argv],
         capture_output=True,
         text=True,
         env=full_env,
-        cwd=str(cwd or REPO),
+        cwd=workdir,
         timeout=timeout,
         **kwargs,
     )
+
+
+class _ForkServer:
+    """The client of ``zygote.py``, started on first use in each test process, stopped at exit."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen | None = None
+        self.path = ""
+        self.env: dict[str, str] = {}
+        self.broken = False
+
+    def accepts(self, env: dict) -> bool:
+        if self.broken or os.environ.get("MEMORY_TESTS_NO_FORK_SERVER"):
+            return False
+        if self.proc is None:
+            self._start()
+            if self.broken:
+                return False
+        from memory_pipeline_tests.zygote import IMPORT_TIME_PREFIXES
+
+        keys = {k for k in {*env, *self.env} if k.startswith(IMPORT_TIME_PREFIXES)}
+        return all(env.get(k) == self.env.get(k) for k in keys)
+
+    def _start(self) -> None:
+        import atexit
+        import tempfile
+
+        folder = tempfile.mkdtemp(prefix="memory-zygote-")
+        self.path = os.path.join(folder, "socket")
+        self.env = {**os.environ, "HF_HUB_OFFLINE": "1", "DAGSTER_DISABLE_TELEMETRY": "1"}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "memory_pipeline_tests.zygote", self.path],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            env=self.env,
+            cwd=str(REPO),
+            text=True,
+        )
+        atexit.register(self._stop, folder)
+        ready = self.proc.stdout.readline() if self.proc.stdout else ""
+        if ready.strip() != "ready":
+            self.broken = True
+
+    def _stop(self, folder: str) -> None:
+        import shutil
+
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        shutil.rmtree(folder, ignore_errors=True)
+
+    def run(self, module: str, argv: list[str], env: dict, cwd: str, honor_permissions: bool, timeout: float):
+        import socket
+        import tempfile
+
+        request = json.dumps({"module": module, "argv": argv, "env": env, "cwd": cwd, "honor_permissions": honor_permissions})
+        command = [sys.executable, "-m", module, *argv]
+        with (
+            open(os.devnull, "rb") as stdin,
+            tempfile.TemporaryFile() as out,
+            tempfile.TemporaryFile() as err,
+            socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn,
+        ):
+            try:
+                conn.connect(self.path)
+            except OSError as err:
+                raise ConnectionError(str(err)) from err
+            socket.send_fds(conn, [request.encode() + b"\n"], [stdin.fileno(), out.fileno(), err.fileno()])
+            reader = conn.makefile("r")
+            pid = int(reader.readline())
+            conn.settimeout(timeout)
+            try:
+                line = reader.readline()
+            except TimeoutError:
+                _kill(pid)
+                raise subprocess.TimeoutExpired(command, timeout) from None
+            if not line.strip():
+                raise ConnectionError("the fork server went away")
+            returncode = int(line)
+            out.seek(0)
+            err.seek(0)
+            stdout, stderr = _text(out.read()), _text(err.read())
+        return subprocess.CompletedProcess(command, returncode, stdout, stderr)
+
+
+def _text(data: bytes) -> str:
+    """Output decoded as ``subprocess.run(..., text=True)`` decodes it (universal newlines)."""
+    import locale
+
+    return data.decode(locale.getpreferredencoding(False)).replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _kill(pid: int) -> None:
+    import signal
+
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+_ZYGOTE = _ForkServer()
 
 
 def run_json(*args: str, **kwargs) -> dict:

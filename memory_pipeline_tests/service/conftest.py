@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from memory_pipeline_tests.conftest import write_config
+from memory_pipeline_tests.helpers import run_cli
 
 REPO = Path(__file__).resolve().parents[2]
 NOTES = {
@@ -31,8 +32,8 @@ def cli_env(**extra: str) -> dict:
 
 
 def memory(*args: str, cwd: Path, timeout: int = 600, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "memory_pipeline.cli", *args], cwd=cwd, env=cli_env(**env),
-                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
+    """`memory ...` as a new process (forked from the tests' fork server, see helpers.run_cli)."""
+    return run_cli(*args, cwd=cwd, env=cli_env(**env), inherit_env=False, timeout=timeout)
 
 
 def make_memory(root: Path, **config) -> Path:

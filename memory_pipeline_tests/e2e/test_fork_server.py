@@ -1,0 +1,59 @@
+"""The tests' fork server (zygote.py) gives what a new interpreter gives: output, exit status,
+environment, working directory, a timeout that kills."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from memory_pipeline_tests.conftest import write_config
+from memory_pipeline_tests.helpers import _ZYGOTE, free_port, run_cli
+from memory_pipeline_tests.zygote import _exit_code
+
+
+def _both(*args: str, **kwargs) -> tuple[subprocess.CompletedProcess, subprocess.CompletedProcess]:
+    forked = run_cli(*args, **kwargs)
+    fresh = run_cli(*args, fresh=True, **kwargs)
+    return forked, fresh
+
+
+def test_usage_error_is_the_same_both_ways():
+    forked, fresh = _both("no-such-command")
+    assert not _ZYGOTE.broken
+    assert (forked.returncode, forked.stdout, forked.stderr) == (fresh.returncode, fresh.stdout, fresh.stderr)
+    assert forked.returncode == 2 and "invalid choice" in forked.stderr
+
+
+def test_environment_and_directory_are_the_requests(tmp_path: Path):
+    (tmp_path / "mem").mkdir()
+    (tmp_path / "mem" / "note.md").write_text("# Note\nThe forked child reads this folder.\n")
+    config = write_config(tmp_path / "memory_pipeline.yaml", provider="none")
+    # No --config: the config comes from the environment and its relative paths from the directory.
+    forked, fresh = _both("scan", "--json", cwd=tmp_path, env={"MEMORY_PIPELINE_CONFIG": str(config)})
+    assert forked.returncode == fresh.returncode == 0, forked.stderr + fresh.stderr
+    assert forked.stdout == fresh.stdout
+    assert str(tmp_path / "mem" / "note.md") in forked.stdout
+
+
+def test_a_variable_read_at_import_time_gets_a_new_interpreter():
+    assert _ZYGOTE.accepts({**_ZYGOTE.env})
+    assert not _ZYGOTE.accepts({**_ZYGOTE.env, "PYTHONPATH": "/elsewhere"})
+    assert not _ZYGOTE.accepts({**_ZYGOTE.env, "HF_HOME": "/elsewhere"})
+
+
+def test_timeout_kills_the_child(tmp_path: Path):
+    (tmp_path / "mem").mkdir()
+    config = write_config(tmp_path / "memory_pipeline.yaml", provider="none")
+    with pytest.raises(subprocess.TimeoutExpired):
+        run_cli("serve", "--config", str(config), "--port", str(free_port()), timeout=5)
+    # The server still answers afterwards.
+    assert run_cli("--version").returncode == 0
+
+
+@pytest.mark.parametrize(("code", "status"), [(None, 0), (0, 0), (3, 3), (256 + 7, 7), ("message", 1)])
+def test_exit_code_follows_the_interpreter(code, status, capsys):
+    assert _exit_code(code) == status
+    if isinstance(code, str):
+        assert capsys.readouterr().err.strip() == code

@@ -1,0 +1,203 @@
+"""A fork server for the tests' `memory` processes: each CLI call is a fresh process, without
+paying the third-party imports again.
+
+Most of the suite's time went into `python -m memory_pipeline.cli` start-ups: torch,
+transformers, sentence-transformers and Dagster take seconds to import, and the suite starts
+a few hundred such processes. This server imports those packages once (single-threaded:
+nothing here starts a thread, so forking is safe) and forks a child per request. The child is
+then set up as ``subprocess.run`` would set up a new process — the request's environment,
+working directory, stdin/stdout/stderr (passed as file descriptors), argv — and runs the module
+with ``runpy`` as ``python -m`` does; it leaves through the interpreter's normal exit (atexit
+handlers, non-daemon threads joined, an uncaught exception printed with exit status 1), so
+exit codes and output are the real ones. ``memory_pipeline`` itself is never imported here:
+each child imports the code under test afresh.
+
+What a child shares with the server and a new interpreter would not: the packages imported
+below, with whatever they read from the environment at import time. ``helpers.run_cli``
+therefore starts a real new interpreter when a request changes such variables (``PYTHON*``,
+``HF_*``, ``TRANSFORMERS_*``, ``TORCH*``, ``OMP_*``, ``MKL_*``, ``TOKENIZERS_*``) or when a
+test asks for ``fresh=True`` (a test about start-up itself).
+
+Protocol (one Unix stream connection per call): the client sends one JSON line
+``{"module", "argv", "env", "cwd", "honor_permissions"}`` together with three descriptors
+(stdin, stdout, stderr) via SCM_RIGHTS; the server answers ``<pid>\\n`` when the child is
+started and ``<returncode>\\n`` (negative: killed by that signal) when it has ended.
+
+    python -m memory_pipeline_tests.zygote SOCKET_PATH
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import selectors
+import socket
+import sys
+
+# Imported once here, shared (copy-on-write) by every child. Importing these starts no thread
+# but lancedb's event loop, which lancedb itself restarts in a forked child (its at-fork hook);
+# the warning it gives about that is silenced in the children.
+PRELOAD = (
+    "numpy",
+    "pyarrow",
+    "pyarrow.parquet",
+    "torch",
+    "transformers",
+    "sentence_transformers",
+    "dagster",
+    "lancedb",
+    "polars",
+    "duckdb",
+    "yaml",
+    "pydantic",
+)
+# Environment variables that these packages (or the interpreter) read at start-up: a request
+# that changes one of them needs a new interpreter.
+IMPORT_TIME_PREFIXES = ("PYTHON", "HF_", "TRANSFORMERS_", "TORCH", "OMP_", "MKL_", "TOKENIZERS_", "SENTENCE_TRANSFORMERS")
+
+
+def _preload() -> None:
+    import importlib
+
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+        except ImportError:  # pragma: no cover - an optional package missing only costs time
+            pass
+
+
+def _drop_file_read_override() -> None:  # pragma: no cover - runs in the child
+    """Drop root's CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH so file permissions apply to it."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    pr_capbset_drop = 24
+    for cap in (1, 2):
+        if libc.prctl(pr_capbset_drop, cap, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP) failed")
+
+
+def _serve(path: str) -> tuple[dict, list[int]]:
+    """Accept requests forever; returns only in a forked child, with its request and descriptors."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(64)
+    sel = selectors.DefaultSelector()
+    sel.register(listener, selectors.EVENT_READ)
+    waiting: dict[int, socket.socket] = {}  # child pid -> the client to tell its exit status
+    sys.stdout.write("ready\n")
+    sys.stdout.flush()
+    while True:
+        for _ready in sel.select(timeout=0.02):
+            conn, _ = listener.accept()
+            try:
+                data, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
+                while not data.endswith(b"\n"):
+                    more = conn.recv(1 << 20)
+                    if not more:
+                        break
+                    data += more
+                request = json.loads(data)
+            except (OSError, ValueError):
+                conn.close()
+                continue
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:
+                sel.close()
+                listener.close()
+                for other in waiting.values():
+                    other.close()
+                conn.close()
+                return request, fds
+            for fd in fds:
+                os.close(fd)
+            conn.sendall(f"{pid}\n".encode())
+            waiting[pid] = conn
+        while waiting:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            conn = waiting.pop(pid, None)
+            if conn is not None:
+                try:
+                    conn.sendall(f"{os.waitstatus_to_exitcode(status)}\n".encode())
+                except OSError:
+                    pass
+                conn.close()
+
+
+def _become(request: dict, fds: list[int]) -> None:
+    """Set this forked child up as a new process for the request."""
+    for target, fd in zip((0, 1, 2), fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    os.environ.clear()
+    os.environ.update(request["env"])
+    os.chdir(request["cwd"])
+    if request.get("honor_permissions"):
+        _drop_file_read_override()
+    # `python -m` puts the working directory first on the path.
+    sys.path[0] = os.getcwd()
+    sys.argv = [request["module"], *request["argv"]]
+
+
+def main() -> None:
+    path = sys.argv[1]
+    _preload()
+    import warnings
+
+    warnings.filterwarnings("ignore", message="lancedb fork support")  # given in each child, at fork
+    # The preloaded objects are never collected: the children's collections skip them (and so
+    # do not copy every page of the server's heap).
+    gc.freeze()
+    request, fds = _serve(path)
+    _become(request, fds)
+    os._exit(_run(request["module"]))
+
+
+def _run(module: str) -> int:
+    """Run the module as `python -m` would; the exit status the interpreter would give.
+
+    The interpreter's exit is done by hand, in its order, up to tearing the modules down:
+    that last step (seconds, over the preloaded packages) changes nothing a test can see.
+    """
+    import atexit
+    import runpy
+    import threading
+
+    try:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+        code = 0
+    except SystemExit as stop:
+        code = _exit_code(stop.code)
+    except BaseException as err:  # noqa: BLE001 - what the interpreter does with an uncaught exception
+        sys.excepthook(type(err), err, err.__traceback__)
+        code = 1
+    threading._shutdown()  # pyright: ignore[reportAttributeAccessIssue] - joins non-daemon threads, as at exit
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    return code
+
+
+def _exit_code(code) -> int:
+    """``SystemExit.code`` as the interpreter turns it into an exit status."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
+
+
+if __name__ == "__main__":
+    main()
