@@ -69,13 +69,8 @@ class WeightedFusion(Fusion):
         if not cands or total <= 0:
             return [0.0] * len(cands)
         zv = standardize([c.sv for c in cands])
-        zt = standardize([_text_rank(c) for c in cands])
+        zt = standardize([c.st for c in cands])
         return [normal_cdf((self.vector_weight * a + self.text_weight * b) / total) for a, b in zip(zv, zt)]
-
-
-def _text_rank(c: Scored) -> float:
-    rank = getattr(c, "st_rank", None)
-    return c.st if rank is None else rank
 
 
 def standardize(values: Sequence[float]) -> list[float]:

@@ -27,7 +27,6 @@ class Candidate:
     score: float = 0.0
     vector: np.ndarray | None = None
     st_chunk: float = 0.0  # the chunk's own full-text share (st is its document's)
-    st_rank: float | None = None  # what fusion orders the text leg by (st times term coverage); None: st
 
 
 def haystack(row: dict) -> str:

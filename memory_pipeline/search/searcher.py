@@ -21,7 +21,7 @@ from memory_pipeline.errors import ConfigError, FullTextUnavailable, ProviderErr
 from memory_pipeline.providers.registry import query_provider
 from memory_pipeline.search.filters import SearchFilters, file_name_date, note_date, sql_str
 from memory_pipeline.search.folding import identifier_terms, query_terms
-from memory_pipeline.search.fulltext import TextLeg, text_leg
+from memory_pipeline.search.fulltext import TextLeg, doc_text_leg, text_leg
 from memory_pipeline.search.fusion import fusion_for
 from memory_pipeline.search.scoring import (
     Candidate,
@@ -36,7 +36,7 @@ from memory_pipeline.search.snippets import make_snippet
 from memory_pipeline.search.syntax import ParsedQuery, parse_query
 from memory_pipeline.settings import FUSIONS, Settings, load_settings
 from memory_pipeline.stores import generations
-from memory_pipeline.stores.lance import FTS_COLUMN, VectorStore, ann_query
+from memory_pipeline.stores.lance import DOC_FTS_COLUMN, FTS_COLUMN, VectorStore, ann_query
 
 MODES = ("hybrid", "vector", "fts")
 log = logging.getLogger(__name__)
@@ -119,7 +119,7 @@ class MemorySearcher:
         self.provider = query_provider(settings, record) if self.dims else None
         self.has_ann = self.store.vector_index() is not None if self.dims else False
         self._pool: ThreadPoolExecutor | None = None
-        self._rows: int | None = None  # table rows, for the IDF of a word found nowhere
+        self._layout: tuple[int, int, int] | None = None  # (table version, rows, documents with a document text)
 
     def options(self, **kw) -> QueryOptions:
         """One query's options: the knobs given (None means unset), the rest from ``settings.query``."""
@@ -209,15 +209,19 @@ class MemorySearcher:
                         existing.vector = np.asarray(vec, dtype=np.float32)
                         if qvec is not None:
                             existing.sv = max(0.0, float(np.dot(existing.vector, qvec)))
+            if leg.doc_level:
+                # Every candidate gets its document's exact whole-document BM25, vector hits included.
+                leg.complete(c.row.get("doc_id") or cid for cid, c in candidates.items())
             for cid, cand in candidates.items():
                 doc = cand.row.get("doc_id") or cid
-                if cid in leg.rows:
+                if leg.doc_level:
                     cand.st = leg.strength(doc)
                     cand.st_chunk = leg.chunk_strength(cid)
-                    cand.st_rank = cand.st * leg.coverage(doc)
+                elif cid in leg.rows:
+                    cand.st = leg.strength(doc)
+                    cand.st_chunk = leg.chunk_strength(cid)
                 elif leg.doc_terms(doc):
                     cand.st = leg.strength(doc)  # another chunk of its document holds the words
-                    cand.st_rank = cand.st * leg.coverage(doc)
                 else:
                     cand.st = leg.estimate(haystack(cand.row))
         elif mode == "fts":
@@ -286,14 +290,35 @@ class MemorySearcher:
         rows = self.table.search().where(f"chunk_id IN ({ids})").select(["chunk_id", "vector"]).limit(len(chunk_ids)).to_list()
         return {r["chunk_id"]: r["vector"] for r in rows}
 
+    def _table_layout(self) -> tuple[int, int]:
+        """(rows, documents scored by their whole text): the second is 0 unless every document of
+        the table has its document text (a table written before ``DOC_FTS_COLUMN`` existed, or
+        one half-way through ``add_document_text``, is scored per chunk). Checked again when the
+        table's version changes (a long-lived searcher sees the index grow)."""
+        assert self.table is not None
+        version = int(self.table.version)
+        if self._layout is None or self._layout[0] != version:
+            rows = self.table.count_rows()
+            docs = 0
+            if DOC_FTS_COLUMN in self.table.schema.names:
+                docs = self.table.count_rows(f"{DOC_FTS_COLUMN} IS NOT NULL")
+                if docs and self.table.count_rows(f"chunk_index = 0 AND {DOC_FTS_COLUMN} IS NULL"):
+                    docs = 0  # not every document has one yet
+            self._layout = (version, rows, docs)
+        return self._layout[1], self._layout[2]
+
     def _fts(self, parsed: ParsedQuery, where: str | None, pool: int, *, with_vectors: bool) -> TextLeg:
         cols = _COLUMNS + (["vector"] if with_vectors else [])
         assert self.table is not None  # ranked() returns early without a table
-        if self._rows is None:
-            self._rows = self.table.count_rows()
+        rows, docs = self._table_layout()
+        if docs and (parsed.words or parsed.phrases):
+            return doc_text_leg(
+                self.table, parsed, column=FTS_COLUMN, doc_column=DOC_FTS_COLUMN, where=where, limit=pool,
+                columns=cols, folded_text=haystack, total_docs=docs,
+            )  # fmt: skip
         return text_leg(
             self.table, parsed, column=FTS_COLUMN, where=where, limit=pool, columns=cols,
-            folded_text=haystack, total_rows=self._rows,
+            folded_text=haystack, total_rows=rows,
         )  # fmt: skip
 
     def _score(self, cands: list[Candidate], mode: str, opts: QueryOptions, ids: list[str]) -> None:

@@ -9,7 +9,6 @@ simply redone by the next one (rows are keyed by chunk id, vectors come from the
 
 from __future__ import annotations
 
-import os
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -35,7 +34,7 @@ from memory_pipeline.models import (
 from memory_pipeline.settings import Settings
 from memory_pipeline.stages.hooks import NO_HOOKS, StageHooks
 from memory_pipeline.stores import generations
-from memory_pipeline.stores.lance import FTS_COLUMN, VectorStore, table_schema
+from memory_pipeline.stores.lance import DOC_FTS_COLUMN, FTS_COLUMN, VectorStore, document_texts, file_name_words, table_schema
 
 if TYPE_CHECKING:
     import polars as pl
@@ -162,9 +161,7 @@ def _docs_waiting_for_vectors(embeddings: Mapping[str, pl.DataFrame], shard: str
 
 
 def _search_text(heading: str, text: str, path: str) -> str:
-    # The file name is searchable too: people remember "the note from 2026-11-02".
-    stem = os.path.splitext(os.path.basename(path))[0].replace("-", " ").replace("_", " ")
-    return "\n".join(p for p in (heading, text, stem) if p)
+    return "\n".join(p for p in (heading, text, file_name_words(path)) if p)
 
 
 def _media_type(modality: str) -> str | None:
@@ -191,6 +188,8 @@ def table_rows(chunks: pa.Table, settings: Settings, shard: str, ident: Embeddin
         "heading": c["heading"],
         "text": c["text"],
         FTS_COLUMN: [_search_text(h, t, p) for h, t, p in zip(c["heading"], c["text"], c["path"])],
+        # Written with the chunks, in the same commit: a reader never sees a file's chunks without it.
+        DOC_FTS_COLUMN: document_texts(c["doc_id"], c["chunk_index"], c["text"], c["path"]),
         "content_hash": c["content_hash"],
         "line_start": c["line_start"],
         "line_end": c["line_end"],

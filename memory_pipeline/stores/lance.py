@@ -9,17 +9,24 @@ partition runs) retry on commit conflicts.
 from __future__ import annotations
 
 import json
+import os
 import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
+from types import SimpleNamespace
 
 import pyarrow as pa
 
 from memory_pipeline.errors import IndexMismatchError, StoreError
 
 FTS_COLUMN = "search_text"
+# The whole document's text on one row per document (its first chunk), null on the others: BM25 over
+# it has document-level statistics (term frequencies add up across chunks, length is the file's),
+# so chunking does not dilute a document's full-text evidence. Null rows do not count in LanceDB's
+# BM25 statistics (neither in the number of documents nor in the average length).
+DOC_FTS_COLUMN = "doc_search_text"
 META_KEY = b"memory_pipeline"
 _DOCS_PER_COMMIT = 500
 _COMMIT_RETRIES = 8
@@ -36,6 +43,7 @@ def table_schema(dims: int, meta: dict) -> pa.Schema:
         pa.field("heading", pa.string()),
         pa.field("text", pa.string()),
         pa.field(FTS_COLUMN, pa.string()),
+        pa.field(DOC_FTS_COLUMN, pa.string()),
         pa.field("content_hash", pa.string()),
         pa.field("line_start", pa.int32()),
         pa.field("line_end", pa.int32()),
@@ -54,6 +62,56 @@ def table_schema(dims: int, meta: dict) -> pa.Schema:
     if dims > 0:
         fields.append(pa.field("vector", pa.list_(pa.float32(), dims)))
     return pa.schema(fields, metadata={META_KEY: json.dumps(meta, sort_keys=True).encode()})
+
+
+def file_name_words(path: str) -> str:
+    """A file's name as words (``2026-11-02_standup.md`` -> ``2026 11 02 standup``): people remember
+    "the note from 2026-11-02", so the name is searchable too."""
+    return os.path.splitext(os.path.basename(path))[0].replace("-", " ").replace("_", " ")
+
+
+def join_chunks(texts: Sequence[str]) -> str:
+    """The text of consecutive chunks with each chunk's overlap with the one before counted once
+    (term frequencies must be the document's, not inflated by the chunker's overlap)."""
+    out: list[str] = []
+    prev = ""
+    for text in texts:
+        out.append(text[_overlap(prev, text) :])
+        prev = text
+    return "\n".join(t for t in out if t)
+
+
+def _overlap(prev: str, text: str) -> int:
+    """The length of the longest suffix of ``prev`` that is a prefix of ``text``, on word boundaries
+    at both ends (0 when none): the chunker's overlap is whole words or lines."""
+    if not prev or not text:
+        return 0
+    i = max(0, len(prev) - len(text))
+    while (i := prev.find(text[0], i)) >= 0:
+        k = len(prev) - i
+        if k < len(text) and (i == 0 or not prev[i - 1].isalnum()) and not text[k].isalnum() and text.startswith(prev[i:]):
+            return k
+        i += 1
+    return 0
+
+
+def document_texts(doc_ids: Sequence[str], chunk_index: Sequence[int], texts: Sequence[str], paths: Sequence[str]) -> list[str | None]:
+    """The ``DOC_FTS_COLUMN`` value of each chunk row: the whole document's text and file name on the
+    document's first chunk, None on the others."""
+    order: dict[str, list[int]] = {}
+    for i, d in enumerate(doc_ids):
+        order.setdefault(d, []).append(i)
+    out: list[str | None] = [None] * len(doc_ids)
+    for rows in order.values():
+        rows.sort(key=lambda i: chunk_index[i])
+        body = join_chunks([texts[i] or "" for i in rows])
+        out[rows[0]] = "\n".join(p for p in (body, file_name_words(paths[rows[0]])) if p)
+    return out
+
+
+def _fit(rows: pa.Table, table) -> pa.Table:
+    """``rows`` in the table's column order and types (a column added by an upgrade comes last there)."""
+    return rows.select(table.schema.names).cast(table.schema)
 
 
 def _sql_list(values: Sequence[str]) -> str:
@@ -144,6 +202,8 @@ class VectorStore:
                     f"({have.get('dims')} dims), config asks for {meta['provider']}/{meta['model']} ({meta['dims']} dims)",
                     hint="run `memory index --force` to rebuild the table with the new model",
                 )
+            if DOC_FTS_COLUMN not in table.schema.names:
+                self.add_document_text()
             return table
         schema = table_schema(dims, meta)
         try:
@@ -151,6 +211,40 @@ class VectorStore:
         except Exception as err:
             raise StoreError(f"cannot create table {self.table_name} at {self.uri}: {err}") from err
         return self._table
+
+    def add_document_text(self) -> int:
+        """Upgrade a table written before ``DOC_FTS_COLUMN`` existed: add the column and fill it from
+        the table's own chunks, one commit per shard (no file is read or embedded again). Until every
+        shard is done, search scores full text per chunk (``MemorySearcher`` checks). Returns the
+        rows that got a document text."""
+        table = self.open()
+        if table is None:
+            return 0
+        if DOC_FTS_COLUMN not in table.schema.names:
+            _with_conflict_retry(table, lambda: table.add_columns(pa.field(DOC_FTS_COLUMN, pa.string())), f"adding {DOC_FTS_COLUMN} to {self.table_name}")
+        shards = table.search().select(["shard"]).limit(None).to_arrow().column("shard").unique().to_pylist()
+        filled = 0
+        for shard in sorted(s for s in shards if s is not None):
+            condition = f"shard = {_sql_list([shard])}"
+            rows = table.search().where(condition).limit(None).to_arrow()
+            if not rows.num_rows:
+                continue
+            c = rows.select(["doc_id", "chunk_index", "text", "path"]).to_pydict()
+            values = document_texts(c["doc_id"], c["chunk_index"], c["text"], c["path"])
+            rows = rows.set_column(rows.schema.get_field_index(DOC_FTS_COLUMN), DOC_FTS_COLUMN, pa.array(values, pa.string()))
+            part = _fit(rows, table)
+
+            def action(part=part) -> None:
+                table.merge_insert("chunk_id").when_matched_update_all().execute(part)
+
+            _with_conflict_retry(table, action, f"filling {DOC_FTS_COLUMN} of {self.table_name}")
+            filled += sum(v is not None for v in values)
+        # The new column gets an index analysed as the chunk column's is (every row was rewritten,
+        # so that one is brought up to date too).
+        details = next((getattr(i, "index_details", None) or {} for i in table.list_indices() if list(i.columns) == [FTS_COLUMN]), {})
+        fts = SimpleNamespace(language=details.get("language", "English"), stem=details.get("stem", True), ascii_folding=details.get("ascii_folding", True))
+        self.ensure_fts(fts)
+        return filled
 
     def replace_docs(self, rows: pa.Table, doc_ids: Sequence[str]) -> WriteCounts:
         """Make the table hold exactly ``rows`` for ``doc_ids``: one commit per batch of files."""
@@ -185,7 +279,7 @@ class VectorStore:
             if before:
                 table.delete(condition)
             if rows.num_rows:
-                table.add(rows.cast(table.schema))
+                table.add(_fit(rows, table))
             return WriteCounts(inserted=rows.num_rows, deleted=before, commits=int(bool(before)) + int(bool(rows.num_rows)))
 
         return _with_conflict_retry(table, action, f"write to {self.table_name}")
@@ -202,7 +296,7 @@ class VectorStore:
                 .when_matched_update_all()
                 .when_not_matched_insert_all()
                 .when_not_matched_by_source_delete(condition)
-                .execute(part.cast(table.schema))
+                .execute(_fit(part, table))
             )
             return WriteCounts(result.num_inserted_rows, result.num_updated_rows, result.num_deleted_rows, 1)
 
@@ -232,30 +326,43 @@ class VectorStore:
         if table is None:
             return {}
         indices = {idx.name: idx for idx in table.list_indices()}
-        name = f"{FTS_COLUMN}_idx"
-        # An index built without token positions cannot answer quoted phrases: rebuild it once.
-        positions = name not in indices or bool((getattr(indices[name], "index_details", None) or {}).get("with_position", False))
-        if name not in indices or rebuild or not positions:
-            if table.count_rows() == 0:
-                return {"fts": "empty"}
-            table.create_index(
-                FTS_COLUMN,
-                config=FTS(
-                    with_position=True,  # phrase queries ("duty manager") need token positions
-                    base_tokenizer="icu",
-                    language=getattr(fts, "language", "English"),
-                    stem=getattr(fts, "stem", True),
-                    remove_stop_words=False,
-                    ascii_folding=getattr(fts, "ascii_folding", True),
-                ),
-                replace=True,
-            )
+        created = False
+        # One index per full-text column, the same analysis for both (chunk and document scores must
+        # see the same words); the document column is indexed where the table has it.
+        for column in (FTS_COLUMN, DOC_FTS_COLUMN):
+            if column not in table.schema.names:
+                continue
+            name = f"{column}_idx"
+            # An index built without token positions cannot answer quoted phrases: rebuild it once.
+            positions = name not in indices or bool((getattr(indices[name], "index_details", None) or {}).get("with_position", False))
+            if name not in indices or rebuild or not positions:
+                if table.count_rows() == 0:
+                    return {"fts": "empty"}
+                table.create_index(
+                    column,
+                    config=FTS(
+                        with_position=True,  # phrase queries ("duty manager") need token positions
+                        base_tokenizer="icu",
+                        language=getattr(fts, "language", "English"),
+                        stem=getattr(fts, "stem", True),
+                        remove_stop_words=False,
+                        ascii_folding=getattr(fts, "ascii_folding", True),
+                    ),
+                    replace=True,
+                    name=name,
+                )
+                created = True
+        # Rows replaced since an index was built are scanned, not indexed: fold them in once many are.
+        unindexed = 0
+        for column in (FTS_COLUMN, DOC_FTS_COLUMN):
+            stats = table.index_stats(f"{column}_idx") if column in table.schema.names else None
+            if stats is not None and stats.num_unindexed_rows > max(2000, stats.num_indexed_rows // 10):
+                table.optimize()
+                return {"fts": "created" if created else "optimized"}
+            unindexed = max(unindexed, getattr(stats, "num_unindexed_rows", 0) or 0)
+        if created:
             return {"fts": "created"}
-        stats = table.index_stats(name)
-        if stats is not None and stats.num_unindexed_rows > max(2000, stats.num_indexed_rows // 10):
-            table.optimize()
-            return {"fts": "optimized"}
-        return {"fts": "current", "unindexed_rows": getattr(stats, "num_unindexed_rows", 0)}
+        return {"fts": "current", "unindexed_rows": unindexed}
 
     def vector_index(self):
         """The ANN index on ``vector`` (its IndexConfig), or None."""
@@ -331,6 +438,8 @@ class VectorStore:
         table = self.open()
         if table is None:
             return {"maintenance": "no table"}
+        if DOC_FTS_COLUMN not in table.schema.names:
+            self.add_document_text()  # a table written before the document column: upgraded here too
         before = len(table.list_versions())
         _with_conflict_retry(table, lambda: table.optimize(cleanup_older_than=keep_versions_for), f"maintenance of {self.table_name}")
         out: dict = {}
