@@ -41,7 +41,11 @@ def test_dagster_dev_serves_the_asset_graph(tmp_path: Path, sample_config: Path)
             time.sleep(1)
         assert data and data["data"]["assetNodes"], data
         keys = {n["assetKey"]["path"][0] for n in data["data"]["assetNodes"]}
-        assert keys == {"source_files", "extracted_content", "memory_chunks", "chunk_embeddings", "memory_vectors", "index_coverage"}
+        assert keys == {"source_files", "extracted_content", "memory_chunks", "chunk_embeddings", "memory_vectors", "index_coverage"} | {
+            "file_deletions",
+            "extraction_status",
+            "indexed_state",
+        }  # the side files, so that lineage shows them
         assert {n["groupName"] for n in data["data"]["assetNodes"]} == {"memory_index"}
         jobs = graphql(port, "{ repositoriesOrError { ... on RepositoryConnection { nodes { jobs { name } sensors { name } schedules { name } } } } }")
         repo = jobs["data"]["repositoriesOrError"]["nodes"][0]
