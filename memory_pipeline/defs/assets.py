@@ -497,6 +497,11 @@ def memory_vectors(
     tags={"layer": "analytics"},
     kinds={"duckdb"},
     description="Coverage of the index with DuckDB: manifest, errors and table side by side (data_dir/analytics.duckdb).",
+    # What the sensor and the schedule do not say: coverage follows the table whatever updated
+    # it. A backfill of a few shards from the UI (or any run that leaves coverage out) changes
+    # memory_vectors; the coverage automation sensor then refreshes the analysts' numbers once,
+    # after the run, and never while a shard is still being written.
+    automation_condition=dg.AutomationCondition.eager(),
 )
 @_stage()
 def index_coverage(

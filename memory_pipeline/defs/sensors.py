@@ -1,4 +1,5 @@
-"""A sensor that asks for runs only for the shards whose files changed."""
+"""Sensors: runs only for the shards whose files changed; runs for finished batch jobs; and the
+automation sensor that keeps coverage current after any run that changed the table."""
 
 import json
 
@@ -44,3 +45,15 @@ def batch_jobs_sensor(context: dg.SensorEvaluationContext, memory_config: Memory
             yield dg.RunRequest(partition_key=shard, run_key=f"batch:{job.local_id}:{shard}", tags={"memory_pipeline/batch_job": job.remote_id or ""})
     if not requested:
         yield dg.SkipReason("no batch job has finished")
+
+
+# Evaluates index_coverage's automation condition (eager: after any shard of memory_vectors
+# updated, once nothing upstream is in progress). Stopped by default like the others: turn it on
+# in the UI (Automation) or with `dagster sensor start coverage_automation_sensor`.
+coverage_automation_sensor = dg.AutomationConditionSensorDefinition(
+    "coverage_automation_sensor",
+    target=dg.AssetSelection.assets("index_coverage"),
+    default_status=dg.DefaultSensorStatus.STOPPED,
+    minimum_interval_seconds=60,
+    description="Refreshes index_coverage once after any run that changed memory_vectors (e.g. a backfill of a few shards).",
+)

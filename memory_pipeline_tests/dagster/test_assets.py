@@ -27,7 +27,7 @@ def test_definitions_load_and_name_everything():
         "indexed_state",
     }  # the side files, so that lineage shows them
     assert repo.has_job("index_job")
-    assert {s.name for s in repo.sensor_defs} == {"memory_files_sensor", "batch_jobs_sensor"}
+    assert {s.name for s in repo.sensor_defs} == {"memory_files_sensor", "batch_jobs_sensor", "coverage_automation_sensor"}
     assert {s.name for s in repo.schedule_defs} == {"nightly_reconciliation_schedule"}
     assert len(shard_partitions.get_partition_keys()) == 16
 

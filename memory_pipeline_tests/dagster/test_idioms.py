@@ -223,3 +223,37 @@ def test_a_check_run_alone_judges_the_table_as_it_is_now(built):
         assert evaluation.metadata["offending_paths"].value == ["gone.md"]
     finally:
         table.delete(f"chunk_id = '{'f' * 32}'")
+
+
+def test_coverage_follows_a_partial_run_through_its_automation_condition(tmp_path: Path):
+    """index_coverage is eager: a run of one shard that leaves coverage out gets it refreshed once."""
+    mem = tmp_path / "mem"
+    mem.mkdir()
+    for i in range(6):
+        (mem / f"note-{i}.md").write_text(f"# Note {i}\nThe automation test note number {i}.\n")
+    config = write_config(tmp_path / "memory_pipeline.yaml", provider="none")
+    partitioned = dg.AssetSelection.all(include_sources=False) - dg.AssetSelection.assets(COVERAGE)
+    graph = dg.Definitions(assets=index_assets, resources=index_resources(str(config)))
+    with dg.instance_for_test() as instance:
+        assert materialize(config, instance, tags=dict(FULL_RANGE_TAGS)).success
+        first = dg.evaluate_automation_conditions(defs=graph, instance=instance)
+        assert first.total_requested == 0  # coverage is as new as the table
+
+        (mem / "note-0.md").write_text("# Note 0\nChanged after the first run.\n")
+        shard = sorted(_shards_of(config))[0]
+        one = materialize(config, instance, partition_key=shard, selection=partitioned.without_checks())
+        assert one.success
+        assert COVERAGE not in {e.asset_key for e in one.get_asset_materialization_events()}
+        second = dg.evaluate_automation_conditions(defs=graph, instance=instance, cursor=first.cursor)
+        assert second.get_requested_partitions(COVERAGE) == {None}  # unpartitioned: requested once
+
+        assert materialize(config, instance, selection=dg.AssetSelection.assets(COVERAGE)).success
+        third = dg.evaluate_automation_conditions(defs=graph, instance=instance, cursor=second.cursor)
+        assert third.total_requested == 0
+
+
+def _shards_of(config: Path) -> set[str]:
+    from memory_pipeline import storage
+
+    data = storage.of(load_settings(config))
+    return {p.stem for p in (data.assets_dir / "source_files").glob("*.parquet") if "." not in p.stem}

@@ -50,7 +50,7 @@ def test_dagster_dev_serves_the_asset_graph(tmp_path: Path, sample_config: Path)
         jobs = graphql(port, "{ repositoriesOrError { ... on RepositoryConnection { nodes { jobs { name } sensors { name } schedules { name } } } } }")
         repo = jobs["data"]["repositoriesOrError"]["nodes"][0]
         assert "index_job" in {j["name"] for j in repo["jobs"]}
-        assert {s["name"] for s in repo["sensors"]} == {"memory_files_sensor", "batch_jobs_sensor"}
+        assert {s["name"] for s in repo["sensors"]} == {"memory_files_sensor", "batch_jobs_sensor", "coverage_automation_sensor"}
         assert {s["name"] for s in repo["schedules"]} == {"nightly_reconciliation_schedule"}
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
