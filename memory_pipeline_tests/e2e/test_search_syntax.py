@@ -112,12 +112,22 @@ def test_hybrid_syntax_shapes_the_text_leg_and_words_go_to_the_vector_leg(hybrid
 
 
 def test_document_evidence_is_not_diluted_by_chunking(fts_only):
-    # zebra and quokka are chunks apart in long.md; short.md holds zebra alone in a tiny chunk.
+    """zebra and quokka are 120 lines apart in long.md (different chunks); short.md is a 3-word note
+    holding zebra alone. What the product promises is whole-document BM25 (issue 13): long.md is
+    scored on both words, its evidence summed over the whole file as if it were not chunked, and
+    its result points at one of its chunks holding a query word, with that chunk's lines. It does
+    not promise that long.md ranks first: BM25 normalises term frequency by document length, so a
+    125-line file mentioning each word once can rank below a 3-word note holding one of them
+    (plain BM25 over whole documents orders them so). Adding its best chunks' (passage) scores to
+    the document's, Callan 1994, would rank long.md first here but cost SciFact 0.9 nDCG@10
+    points; the better of the two scores held SciFact and still ranks short.md first
+    (benchmarks/results-search.md). So the order is BM25's."""
     results = search("zebra quokka", settings=fts_only, mode="fts", min_score=0.0)
-    assert _names(results)[0] == "long.md"
-    top = results[0]
-    assert "zebra" in top.snippet.lower() or "quokka" in top.snippet.lower()  # the best chunk, its lines
-    assert top.line_start >= 1 and top.line_end >= top.line_start
+    assert _names(results)[:2] in (["long.md", "short.md"], ["short.md", "long.md"])
+    long, short = results[_names(results).index("long.md")], results[_names(results).index("short.md")]
+    assert "zebra" in long.snippet.lower() or "quokka" in long.snippet.lower()  # the best chunk, its lines
+    assert long.line_start >= 1 and long.line_end >= long.line_start
+    assert 0 < long.text_score < 1 and 0 < short.text_score < 1
 
 
 def test_searcher_answers_syntax_through_the_python_api(fts_only):
