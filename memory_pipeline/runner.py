@@ -1,13 +1,24 @@
-"""Run the whole asset graph in-process (what `memory index` and the nightly schedule do)."""
+"""Run the asset graph in-process: over every shard (what `memory index` and the nightly schedule
+do), or over only the shards that hold some files (what the server does after an ingest, a note or
+a delete).
+
+Runs started here take a lock per shard (``runs/locks/<shard>.lock``, in shard order), so two
+processes (`memory index` and `memory serve`) never work on one shard at once: a shard's manifest,
+chunks and state files are rewritten by every run over it. Runs over other shards go ahead.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import time
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from memory_pipeline import storage
+from memory_pipeline.discovery import SHARD_KEYS, shard_of
 from memory_pipeline.errors import MemoryPipelineError, PrimaryFailed
 from memory_pipeline.settings import Settings
 from memory_pipeline.stages.hooks import NO_HOOKS, StageHooks
@@ -40,32 +51,95 @@ def ensure_dagster_home(settings: Settings) -> Path:
     return home
 
 
-def run_index(settings: Settings, *, force: bool = False, hooks: StageHooks = NO_HOOKS, _after_fallback: bool = False) -> RunSummary:
-    """Materialize every asset over every shard in one in-process run; returns the summary.
+def run_index(
+    settings: Settings,
+    *,
+    force: bool = False,
+    hooks: StageHooks = NO_HOOKS,
+    shards: Iterable[str] | None = None,
+    _after_fallback: bool = False,
+) -> RunSummary:
+    """Materialize the asset graph over every shard (or over ``shards``) in-process; returns the summary.
 
     When a stat walk shows that nothing changed since the last run (and that run's
     work is all committed), no run is started: there is nothing to materialize.
+    ``shards``: only these partitions (see :func:`shards_of`), with the same assets, change
+    detection and checks; one run per contiguous range of them, their summaries added up.
     ``hooks``: points a caller can act at during the run (tests); none by default.
     """
     started = time.perf_counter()
-    if not force:
+    wanted = _checked_shards(shards)
+    if not force and wanted == list(SHARD_KEYS):
         settled = _settled(settings)
         if settled is not None:
             summary = settled.with_timing(run_id=None, seconds=time.perf_counter() - started)
             _record_run(settings, summary)
             return summary
-    home = ensure_dagster_home(settings)
-    results = RunResults()
     try:
-        run_id = _materialize(settings, force, home, hooks, results)
+        parts = _run_ranges(settings, force, hooks, wanted)
     except PrimaryFailed:
         if _after_fallback:
             raise
         # The failure is recorded: this run goes again with the fallback (a new generation if it differs).
-        return run_index(settings, force=force, hooks=hooks, _after_fallback=True)
-    summary = RunSummary.of(settings, results, run_id=run_id, seconds=time.perf_counter() - started)
+        return run_index(settings, force=force, hooks=hooks, shards=None if shards is None else wanted, _after_fallback=True)
+    summary = RunSummary.combined(parts).with_timing(run_id=parts[-1].run_id, seconds=time.perf_counter() - started)
     _record_run(settings, summary)
     return summary
+
+
+def _run_ranges(settings: Settings, force: bool, hooks: StageHooks, shards: list[str]) -> list[RunSummary]:
+    """One run per contiguous range of ``shards``, under their locks; each run's summary."""
+    home = ensure_dagster_home(settings)
+    parts = []
+    with _shard_locks(settings, shards):
+        for first, last in _ranges(shards):
+            results = RunResults()
+            run_id = _materialize(settings, force, home, hooks, results, first, last)
+            parts.append(RunSummary.of(settings, results, run_id=run_id, seconds=0.0, shards=_span(first, last)))
+    return parts
+
+
+def shards_of(files: Iterable[tuple[str, str]]) -> list[str]:
+    """The shards holding these files, ``(source name, path relative to the source)`` each; sorted."""
+    return sorted({shard_of(source, rel) for source, rel in files})
+
+
+def _checked_shards(shards: Iterable[str] | None) -> list[str]:
+    if shards is None:
+        return list(SHARD_KEYS)
+    wanted = sorted(set(shards))
+    unknown = [s for s in wanted if s not in SHARD_KEYS]
+    if unknown or not wanted:
+        raise ValueError(f"not a shard: {unknown[0]!r}" if unknown else "no shard to index")
+    return wanted
+
+
+def _ranges(shards: Sequence[str]) -> list[tuple[str, str]]:
+    """Sorted shard keys as contiguous ``(first, last)`` ranges: a Dagster run covers one key or one range."""
+    order = {s: i for i, s in enumerate(SHARD_KEYS)}
+    ranges: list[list[str]] = []
+    for s in shards:
+        if ranges and order[s] == order[ranges[-1][1]] + 1:
+            ranges[-1][1] = s
+        else:
+            ranges.append([s, s])
+    return [(a, b) for a, b in ranges]
+
+
+def _span(first: str, last: str) -> list[str]:
+    return list(SHARD_KEYS[SHARD_KEYS.index(first) : SHARD_KEYS.index(last) + 1])
+
+
+@contextlib.contextmanager
+def _shard_locks(settings: Settings, shards: Sequence[str]) -> Iterator[None]:
+    """Exclusive locks on these shards, taken in shard order (so two runs never wait on each other in a cycle)."""
+    folder = storage.of(settings).runs_dir / "locks"
+    folder.mkdir(parents=True, exist_ok=True)
+    with contextlib.ExitStack() as stack:
+        for shard in sorted(shards):
+            fh = stack.enter_context(open(folder / f"{shard}.lock", "a"))
+            fcntl.flock(fh, fcntl.LOCK_EX)  # released when the file is closed
+        yield
 
 
 def _settled(settings: Settings) -> RunSummary | None:
@@ -79,12 +153,13 @@ def _settled(settings: Settings) -> RunSummary | None:
     return settled_summary(settings, ident)
 
 
-def _materialize(settings: Settings, force: bool, home: Path, hooks: StageHooks, results: RunResults) -> str:
-    """One in-process run of the graph; its run id. A failed run raises the error that failed it."""
+def _materialize(settings: Settings, force: bool, home: Path, hooks: StageHooks, results: RunResults, first: str, last: str) -> str:
+    """One in-process run of the graph over the shards ``first``..``last``; its run id. A failed run
+    raises the error that failed it."""
     import dagster as dg
 
     from memory_pipeline.defs.assets import index_assets
-    from memory_pipeline.defs.partitions import FULL_RANGE_TAGS
+    from memory_pipeline.defs.partitions import range_tags
     from memory_pipeline.defs.resources import index_resources
 
     # The instance is built from home's dagster.yaml; DAGSTER_HOME lets what the run starts find it too.
@@ -94,7 +169,9 @@ def _materialize(settings: Settings, force: bool, home: Path, hooks: StageHooks,
             index_assets,
             instance=instance,
             resources=index_resources(str(settings.config_path or ""), hooks=hooks, results=results),
-            tags=dict(FULL_RANGE_TAGS),
+            # One shard: a plain partition run (what the sensor asks for); more: a range.
+            partition_key=first if first == last else None,
+            tags=range_tags(first, last) if first != last else None,
             run_config={
                 "ops": {
                     "source_files": {"config": {"force": force}},
@@ -140,4 +217,4 @@ def last_run(settings: Settings) -> dict | None:
     return storage.of(settings).read_json(storage.of(settings).runs_dir / "last_run.json")
 
 
-__all__ = ["run_index", "last_run", "ensure_dagster_home"]
+__all__ = ["run_index", "shards_of", "last_run", "ensure_dagster_home"]

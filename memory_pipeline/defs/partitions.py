@@ -14,7 +14,10 @@ shard_partitions = dg.StaticPartitionsDefinition(list(SHARD_KEYS))
 
 MAINTENANCE_TAG = "memory_pipeline/maintenance"
 
-FULL_RANGE_TAGS = {
-    "dagster/asset_partition_range_start": SHARD_KEYS[0],
-    "dagster/asset_partition_range_end": SHARD_KEYS[-1],
-}
+
+def range_tags(first: str, last: str) -> dict[str, str]:
+    """The tags of one run over the shards ``first``..``last``."""
+    return {"dagster/asset_partition_range_start": first, "dagster/asset_partition_range_end": last}
+
+
+FULL_RANGE_TAGS = range_tags(SHARD_KEYS[0], SHARD_KEYS[-1])

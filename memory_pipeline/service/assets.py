@@ -169,10 +169,12 @@ class AssetService:
         }
         parts = [self.folder, collection, asset_id]
         with self.service.write_lock:
+            shards = set()
             if self._record_path(parts).is_file():
                 existing = self._read_record(parts)
                 if existing and existing.get("storePayload") == bool(store_payload):
                     return self.describe(existing)  # the same bytes in the same collection: the same asset
+                shards |= self._shards(parts)  # the files replaced: their rows go too
                 remove_tree(self.source.path, parts)
             try:
                 if store_payload:
@@ -185,8 +187,9 @@ class AssetService:
             except BaseException:
                 remove_tree(self.source.path, parts)
                 raise
+            shards |= self._shards(parts)
         try:
-            run = self.service.index()
+            run = self.service.index(shards)
         except BaseException:
             with self.service.write_lock:
                 remove_tree(self.source.path, parts)
@@ -196,9 +199,22 @@ class AssetService:
         if failed:
             with self.service.write_lock:
                 remove_tree(self.source.path, parts)
-            self.service.index()
+            self.service.index(shards)
             raise Unsupported(f"{field} could not be indexed: {failed[0]['reason']}; nothing was stored", key=field)
         return self.describe(record)
+
+    def _shards(self, parts: list[str]) -> set[str]:
+        """The shards of the indexed files in the asset folder ``parts`` (what an index run over them covers)."""
+        from memory_pipeline.discovery import is_selected, shard_of
+
+        top = Path(self.source.path, *parts)
+        found = set()
+        for folder, dirs, files in os.walk(top):  # links are not followed (nor need to be: only names count)
+            for name in files + [d for d in dirs if Path(folder, d).is_symlink()]:
+                rel = Path(folder, name).relative_to(self.source.path).as_posix()
+                if is_selected(rel, self.source):
+                    found.add(shard_of(self.source.name, rel))
+        return found
 
     def _media_types(self) -> tuple[str, ...]:
         from memory_pipeline.discovery import indexed_media_types
@@ -263,12 +279,14 @@ class AssetService:
 
     def delete(self, asset_id: str) -> dict:
         parts = self._find(asset_id)
+        before = len(self._rows(parts))
         with self.service.write_lock:
+            shards = self._shards(parts)
             removed = remove_tree(self.source.path, parts)
         if not removed:
             raise NotFound(f"no asset {asset_id!r}", key="assetId")
-        run = self.service.index()
-        return {"assetId": asset_id, "deleted": True, "rowsDeleted": run.get("rows_deleted", 0)}
+        self.service.index(shards)
+        return {"assetId": asset_id, "deleted": True, "rowsDeleted": before - len(self._rows(parts))}
 
     def describe(self, record: dict) -> dict:
         """The asset record as the routes answer it: the stored fields, the derived text and its chunk count."""

@@ -1,8 +1,10 @@
 """What the server does, without HTTP: search, read lines, write a note, status, index.
 
 Routes (``routes_*``) and MCP tools (``mcp_server``) are thin wrappers over ``MemoryService``;
-both raise and translate the same errors. Writes (notes, assets, deletes) run one at a time
-under ``write_lock`` and end with an index run; searches never take that lock.
+both raise and translate the same errors. Writes (notes, assets, deletes) change their files under
+``write_lock`` and end with an index run over the shards holding those files only (the runner
+locks each shard against other processes' runs); searches never take that lock. Index requests
+that queue up behind a run are served together by the next one: one run over all their shards.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -47,6 +51,15 @@ class TooLarge(MemoryPipelineError):
     """Over ``multimodal.max_file_bytes`` (HTTP 413), with the message `memory store` prints."""
 
 
+@dataclass(eq=False)
+class _IndexRequest:
+    """One caller's wish for an index run over ``shards`` (None: every shard), and what came of it."""
+
+    shards: frozenset[str] | None
+    summary: RunSummary | None = None
+    error: BaseException | None = None
+
+
 class MemoryService:
     """The memory folder and its index, as one long-lived object (settings, warm searcher, write lock)."""
 
@@ -54,6 +67,8 @@ class MemoryService:
         self.settings = settings
         self.searcher = WarmSearcher(settings, refresh_seconds=refresh_seconds)
         self.write_lock = threading.Lock()
+        self._queue: list[_IndexRequest] = []  # index requests waiting for the write lock
+        self._queue_lock = threading.Lock()
         self.started = time.time()
         self.ready = False
         self.warm_error = ""  # why the searcher could not be opened, for /readyz
@@ -97,6 +112,25 @@ class MemoryService:
             recency_half_life_days=recency_half_life_days, filters=filters, query_media=query_media,
         )  # fmt: skip
         return searcher.search(query, opts)
+
+    def search_files(self, query: str, files: list[tuple[str, str, str]], *, retrieval_mode: str = "auto", **options) -> tuple[str, list]:
+        """`memory search --image/--audio` on files ``(path, image|audio, name)``: ``(the query searched, results)``.
+
+        The same steps as the command line: each file's derived text (OCR, photo details,
+        transcript) is added to ``query`` and/or its bytes embedded natively, under the
+        ``retrievalMode`` contract; then :meth:`search` with ``options``.
+        """
+        from memory_pipeline.querying import derived_query_text, query_file
+        from memory_pipeline.service.retrieval import plan
+
+        native = self.settings.multimodal.native and self.settings.multimodal.enabled
+        use_text, use_native = plan(retrieval_mode, native, field="retrieval_mode")
+        texts = [derived_query_text(path, kind, self.settings, allow_empty=native, name=name) for path, kind, name in files] if use_text else []
+        media = [query_file(path, kind, self.settings, name=name)[:2] for path, kind, name in files] if use_native else []
+        searched = " ".join(p for p in (query, *texts) if p and p.strip())
+        if not searched and not media:
+            raise ConfigError("give a query, an image or a recording", key="image")
+        return searched, self.search(searched, query_media=media, **options)
 
     def locate(self, path: str, source: str | None = None) -> tuple[str, str, str]:
         """``(source name, relative path, absolute path)`` of a file named by an agent, inside a source folder.
@@ -198,16 +232,39 @@ class MemoryService:
 
     # --- writes ------------------------------------------------------------------------
 
-    def index(self) -> RunSummary:
-        """One index run (serialized with every other write of this server); returns its summary."""
-        from memory_pipeline.runner import run_index
+    def index(self, shards: Iterable[str] | None = None) -> RunSummary:
+        """An index run over ``shards`` (default: every shard), serialized with the server's other writes.
 
+        Call it after the files are written: a request queued while another run works is served
+        by the next run, which takes every queued request's shards at once (the same summary for
+        each). Raises the run's error for every request it served.
+        """
+        from memory_pipeline.runner import run_index
+        from memory_pipeline.stages.report import RunSummary
+
+        request = _IndexRequest(None if shards is None else frozenset(shards))
+        with self._queue_lock:
+            self._queue.append(request)
         with self.write_lock:
-            summary = run_index(self.settings)
-        self.searcher.invalidate()
-        self.last_index = summary
-        self._refresh_runs()
-        return summary
+            if request.summary is None and request.error is None:  # no run took it while this one waited
+                with self._queue_lock:
+                    batch, self._queue = self._queue, []
+                wanted = None if any(r.shards is None for r in batch) else frozenset().union(*(r.shards or () for r in batch))
+                try:
+                    summary = run_index(self.settings, shards=wanted) if wanted != frozenset() else None
+                except BaseException as err:  # noqa: BLE001 - handed to every request of the batch, raised below
+                    for r in batch:
+                        r.error = err
+                else:
+                    for r in batch:
+                        r.summary = summary
+                self.searcher.invalidate()
+                if summary is not None:
+                    self.last_index = summary
+                    self._refresh_runs()
+        if request.error is not None:
+            raise request.error
+        return request.summary or RunSummary(skipped_run=True)  # no shard to run: nothing to index
 
     def _refresh_runs(self) -> None:
         from memory_pipeline.stores.analytics import refresh_runs
@@ -247,9 +304,11 @@ class MemoryService:
                 raise
         out = {"path": str(written), "source": src.name, "doc_id": doc_id(src.name, rel), "bytes": len(data.encode("utf-8")), "indexed": False}
         if index:
-            run = self.index()
+            from memory_pipeline.runner import shards_of
+
+            run = self.index(shards_of([(src.name, rel)]))
             out["indexed"] = True
-            out["run"] = {k: run.get(k) for k in ("files_changed", "chunks_total", "rows_written", "table_rows")}
+            out["run"] = {k: run.get(k) for k in ("files_changed", "chunks_total", "rows_written", "table_rows", "shards")}
         return out
 
 

@@ -8,7 +8,7 @@ store it as JSON (:meth:`RunSummary.as_dict`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from typing import Any
@@ -104,6 +104,7 @@ class RunSummary(Mapping):
     generation: str = ""
     table: str = ""
     skipped_run: bool = False
+    shards: list[str] = field(default_factory=list)  # the partitions this run worked on (files_* count their files)
     coverage: float | None = None
     errors: list[dict] = field(default_factory=list)
     run_id: str | None = None
@@ -111,7 +112,7 @@ class RunSummary(Mapping):
     finished_at: str = ""
 
     @classmethod
-    def of(cls, settings: Settings, results: RunResults, *, run_id: str | None, seconds: float) -> RunSummary:
+    def of(cls, settings: Settings, results: RunResults, *, run_id: str | None, seconds: float, shards: Iterable[str] = SHARD_KEYS) -> RunSummary:
         d = results.discover or DiscoverCounts()
         c = results.chunk or ChunkCounts()
         e = results.embed or EmbedCounts()
@@ -140,12 +141,26 @@ class RunSummary(Mapping):
             fallback_reason=info.fallback_reason,
             generation=w.generation,
             table=w.table,
+            shards=list(shards),
             coverage=results.coverage,
             errors=run_errors(settings, SHARD_KEYS),
             run_id=run_id,
             seconds=round(seconds, 3),
             finished_at=_now(),
         )
+
+    @classmethod
+    def combined(cls, parts: Sequence[RunSummary]) -> RunSummary:
+        """Runs over disjoint shards, one after another, as one: their counts added up; the table,
+        coverage, errors and identity as the last run left them."""
+        from dataclasses import replace
+
+        last = parts[-1]
+        if len(parts) == 1:
+            return last
+        added = {name: sum(getattr(p, name) for p in parts) for name in _ADDED}
+        cost = None if any(p.est_cost_usd is None for p in parts) else sum(p.est_cost_usd or 0.0 for p in parts)
+        return replace(last, **added, est_cost_usd=cost, shards=[s for p in parts for s in p.shards])
 
     def with_timing(self, *, run_id: str | None, seconds: float) -> RunSummary:
         from dataclasses import replace
@@ -169,6 +184,9 @@ class RunSummary(Mapping):
 
 
 _FIELDS = tuple(f.name for f in fields(RunSummary))
+# What each run of a combined summary did on its own shards.
+_ADDED = ("files_seen", "files_changed", "files_deleted", "files_repaired", "chunks_total", "chunks_embedded", "chunks_cached",
+          "tokens_embedded", "rows_written", "rows_deleted", "files_pending")  # fmt: skip
 
 
 def _now() -> str:
@@ -219,6 +237,7 @@ def settled_summary(settings: Settings, ident: EmbeddingIdentity) -> RunSummary 
         mode="vector+fts" if ident.dims else "fts-only",
         requested_provider=settings.provider,
         skipped_run=True,
+        shards=list(SHARD_KEYS),
         errors=run_errors(settings, SHARD_KEYS),
     )
 
