@@ -111,15 +111,16 @@ def _result_types(value: str) -> list[str]:
 
 
 def cmd_search(args) -> int:
-    if not (args.image or args.audio or args.no_server):
+    if not args.no_server:
         from memory_pipeline.service.client import remote_search
 
-        answer = remote_search(args, bold=sys.stdout.isatty())  # None: no server for this data folder
+        # None: no server for this data folder, or it refused (the search below then says why).
+        answer = remote_search(args, bold=sys.stdout.isatty())
         if answer is not None:
             if args.json:
                 _print_json({"query": args.query, "results": answer["results"]})
             else:
-                print(answer["text"] if answer["results"] else f"No relevant memories for {args.query!r}.")
+                print(answer["text"] if answer["results"] else f"No relevant memories for {(args.query or answer['query'])!r}.")
             return 0
     from memory_pipeline.search import search
 

@@ -2,26 +2,66 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Query, Request
+import contextlib
+import os
 
-from memory_pipeline.service.schemas import ERRORS, LinesResponse, NoteRequest, NoteResponse, SearchRequest, SearchResponse
+from fastapi import APIRouter, File, Form, Query, Request, UploadFile
+from pydantic import ValidationError
+
+from memory_pipeline.errors import ConfigError
+from memory_pipeline.service.routes_rag import spooled
+from memory_pipeline.service.schemas import (
+    ERRORS,
+    FileSearchOptions,
+    LinesResponse,
+    NoteRequest,
+    NoteResponse,
+    SearchOptions,
+    SearchRequest,
+    SearchResponse,
+)
 
 router = APIRouter(prefix="/api/memory", tags=["memory"], responses=ERRORS)
 
 
 @router.post("/search", response_model=SearchResponse, summary="Hybrid search (every `memory search` option)")
 def search(body: SearchRequest, request: Request) -> dict:
+    results = request.app.state.memory.search(body.query, **body.search_kwargs())
+    return _answer(body.query, results, body)
+
+
+@router.post("/search/files", response_model=SearchResponse, summary="Search by an image and/or a recording (`memory search --image/--audio`)")
+def search_files(
+    request: Request,
+    image: UploadFile | None = File(None, description="an image: searched with its OCR text and photo details (and natively)"),
+    audio: UploadFile | None = File(None, description="a recording: searched with its transcript (and natively)"),
+    options: str = Form("{}", max_length=65536, description="a JSON object: query, retrieval_mode and every option of POST /api/memory/search"),
+) -> dict:
+    """Answers ``query``: the text searched (the given words and the files' derived text)."""
     service = request.app.state.memory
-    results = service.search(
-        body.query, max_results=body.max_results, min_score=body.min_score, mode=body.mode, fusion=body.fusion,
-        source=body.source, path=body.path, types=list(body.types), modality=list(body.modality), since=body.since,
-        until=body.until, mmr=body.mmr, mmr_lambda=body.mmr_lambda, recency_half_life_days=body.recency_half_life_days,
-    )  # fmt: skip
-    out = {"query": body.query, "results": [r.to_json() for r in results]}
-    if body.render != "none":
+    try:
+        opts = FileSearchOptions.model_validate_json(options)
+    except ValidationError as err:
+        first = err.errors()[0]
+        field = ".".join(["options", *(str(p) for p in first["loc"])])
+        raise ConfigError(f"{field}: {first['msg']}", key=field) from None
+    uploads = [(kind, part) for kind, part in (("image", image), ("audio", audio)) if part is not None]
+    if not uploads:
+        raise ConfigError("give an image or audio file part", key="image")
+    limit = service.settings.multimodal.max_file_bytes
+    with contextlib.ExitStack() as stack:
+        paths = [(stack.enter_context(spooled(part, kind, limit))[0], kind) for kind, part in uploads]
+        files = [(path, kind, os.path.basename(path)) for path, kind in paths]  # named as uploaded (safe_name)
+        searched, results = service.search_files(opts.query, files, retrieval_mode=opts.retrieval_mode, **opts.search_kwargs())
+    return _answer(searched, results, opts)
+
+
+def _answer(query: str, results: list, options: SearchOptions) -> dict:
+    out = {"query": query, "results": [r.to_json() for r in results]}
+    if options.render != "none":
         from memory_pipeline.render import render_results
 
-        marks = ("\033[1m", "\033[0m") if body.render == "terminal" else ("**", "**")
+        marks = ("\033[1m", "\033[0m") if options.render == "terminal" else ("**", "**")
         out["text"] = render_results(results, marks) if results else ""
     return out
 

@@ -18,13 +18,13 @@ router = APIRouter(prefix="/api/agentos/rag", tags=["agentos-rag"], responses=ER
 
 
 @contextmanager
-def _spooled(upload: UploadFile, field: str, limit: int):
-    """The upload as a file on disk (removed afterwards), refused past ``limit`` bytes."""
+def spooled(upload: UploadFile, field: str, limit: int):
+    """The upload as a file on disk under its (safe) name (removed afterwards), refused past ``limit`` bytes."""
     if upload is None or not hasattr(upload, "file"):
         raise ConfigError(f"{field} must be a file part", key=field)
     name = safe_name(upload.filename)
     with tempfile.TemporaryDirectory(prefix="memory-upload-") as tmp:
-        path = os.path.join(tmp, "upload")
+        path = os.path.join(tmp, name)
         with open(path, "wb") as out:
             upload.file.seek(0)
             copied = 0
@@ -38,7 +38,7 @@ def _spooled(upload: UploadFile, field: str, limit: int):
 
 def _ingest(request: Request, kind: str, field: str, upload, text, metadata, tags, collection, store) -> dict:
     assets = request.app.state.assets
-    with _spooled(upload, field, assets.settings.multimodal.max_file_bytes) as (path, filename):
+    with spooled(upload, field, assets.settings.multimodal.max_file_bytes) as (path, filename):
         return assets.ingest(
             kind, path, filename, field=field, text_representation=text, metadata=metadata, tags=tags,
             collection_id=collection, store_payload=store,
@@ -79,7 +79,7 @@ def query(body: RagQuery, request: Request) -> dict:
 
 def _query_by_file(request: Request, kind: str, field: str, upload, top_k, collection_ids, modalities, mode) -> dict:
     assets = request.app.state.assets
-    with _spooled(upload, field, assets.settings.multimodal.max_file_bytes) as (path, filename):
+    with spooled(upload, field, assets.settings.multimodal.max_file_bytes) as (path, filename):
         return assets.query_by_file(kind, path, filename, field=field, top_k=top_k, collection_ids=collection_ids,
                                     modalities=modalities, retrieval_mode=mode)  # fmt: skip
 

@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from memory_pipeline.search.searcher import SearchResult
 from memory_pipeline.service.retrieval import RETRIEVAL_MODES  # noqa: F401 - documented beside the Literal
 
 ResultType = Literal["image", "audio", "video", "pdf", "document", "text"]
@@ -21,11 +22,10 @@ class ErrorBody(BaseModel):
     hint: str | None = None
 
 
-class SearchRequest(BaseModel):
-    """`memory search` over HTTP: every option of the command line."""
+class SearchOptions(BaseModel):
+    """Every option of `memory search` but the query."""
 
     model_config = ConfigDict(extra="forbid")
-    query: str = Field(min_length=1, max_length=4000, description="what to look for, in words")
     max_results: int | None = Field(None, ge=1, le=200, description="default: query.max_results")
     min_score: float | None = Field(None, ge=0, le=1, description="default: query.min_score")
     mode: Literal["hybrid", "vector", "fts"] = "hybrid"
@@ -41,33 +41,34 @@ class SearchRequest(BaseModel):
     recency_half_life_days: float | None = Field(None, ge=0, le=36500)
     render: Literal["none", "plain", "terminal"] = Field("none", description="also answer `text`: the results as `memory search` prints them")
 
+    def search_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of ``MemoryService.search``."""
+        return self.model_dump(exclude={"render", "query", "retrieval_mode"}) | {"types": list(self.types), "modality": list(self.modality)}
 
-class SearchHit(BaseModel):
-    path: str
-    source: str
-    locator: str
-    score: float
-    snippet: str
-    modality: str
-    mime_type: str
-    line_start: int
-    line_end: int
-    heading: str
-    memory_type: str
-    vector_score: float
-    text_score: float
-    chunk_id: str
-    relevance: float
-    doc_id: str
-    date: str
-    snippet_locator: str
-    highlights: list[list[int]]
-    media_type: str
+
+class SearchRequest(SearchOptions):
+    """`memory search` over HTTP: every option of the command line."""
+
+    query: str = Field(min_length=1, max_length=4000, description="what to look for, in words")
+
+
+class FileSearchOptions(SearchOptions):
+    """`memory search --image/--audio` over HTTP: the options (a JSON object in the ``options`` form field)."""
+
+    query: str = Field("", max_length=4000, description="words to search with, besides the files' derived text")
+    retrieval_mode: RetrievalMode = Field("auto", description="auto | text | native | hybrid, as `memory search --retrieval-mode`")
 
 
 class SearchResponse(BaseModel):
+    """Search results, each a ``search.SearchResult`` as `memory search --json` prints it.
+
+    The result's schema is the dataclass itself (one definition, so the API cannot drift from the
+    CLI); every field is always sent, so every field is required in the response schema.
+    """
+
+    model_config = ConfigDict(json_schema_serialization_defaults_required=True)
     query: str
-    results: list[SearchHit]
+    results: list[SearchResult]
     text: str | None = None
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -200,3 +201,93 @@ def test_retrieval_mode_native_without_native_vectors_is_an_error(server, memory
     done = memory("search", "--config", str(memory_config), "--image", str(image), "--retrieval-mode", "native", cwd=memory_config.parent)
     assert done.returncode == 1
     assert "--retrieval-mode native needs native media vectors" in done.stderr
+
+
+SERVED_PROBE = (
+    "import sys; from memory_pipeline.cli import main; rc = main(sys.argv[1:]);"
+    "print('IN_PROCESS' if {'memory_pipeline.search', 'memory_pipeline.querying'} & set(sys.modules) else 'SERVED', file=sys.stderr); sys.exit(rc)"
+)
+
+
+def probe(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """`memory ...` in a fresh interpreter that says on stderr whether it searched in-process."""
+    return subprocess.run([sys.executable, "-c", SERVED_PROBE, *args], cwd=cwd, env=cli_env(), capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("mode", ["auto", "text"])
+def test_cli_search_by_image_goes_through_the_running_server(server, memory_config, tmp_path, mode):
+    from memory_pipeline_tests import sample_media as sm
+
+    image = sm.text_image(tmp_path / "whiteboard.png", ["daily standup room Aurora"])
+    args = ["search", "--config", str(memory_config), "--image", str(image), "--retrieval-mode", mode]
+    served = probe(*args, "--json", cwd=memory_config.parent)
+    assert served.returncode == 0, served.stderr
+    assert "SERVED" in served.stderr
+    local = memory(*args, "--json", "--no-server", cwd=memory_config.parent)
+    assert local.returncode == 0, local.stderr
+    assert json.loads(served.stdout) == json.loads(local.stdout)
+    assert json.loads(served.stdout)["results"][0]["path"].endswith("2026-11-01.md")
+    # The plain output too, with the query words beside the image.
+    plain = probe(*args, "standup", cwd=memory_config.parent)
+    local_plain = memory(*args, "standup", "--no-server", cwd=memory_config.parent)
+    assert plain.returncode == local_plain.returncode == 0, plain.stderr
+    assert "SERVED" in plain.stderr and plain.stdout == local_plain.stdout
+
+
+def test_cli_search_by_audio_goes_through_the_running_server(server, memory_config, tmp_path):
+    from memory_pipeline_tests import sample_media as sm
+
+    audio = sm.speech_audio(tmp_path / "memo.wav", "Dana owns the routing service and prefers async reviews.")
+    args = ["search", "--config", str(memory_config), "--audio", str(audio), "--json"]
+    served = probe(*args, cwd=memory_config.parent)
+    assert served.returncode == 0 and "SERVED" in served.stderr, served.stderr
+    local = memory(*args, "--no-server", cwd=memory_config.parent)
+    assert json.loads(served.stdout) == json.loads(local.stdout)
+    assert json.loads(served.stdout)["results"][0]["path"].endswith("dana.md")
+
+
+def test_cli_search_by_file_errors_are_the_in_process_ones(server, memory_config, tmp_path):
+    """A file the server refuses (not an image; native without native vectors; missing) ends as in-process: same message, same exit code."""
+    text = tmp_path / "notes.png"
+    text.write_text("not an image at all\n")
+    cases = [
+        ["--image", str(text)],
+        ["--image", str(tmp_path / "missing.png")],
+        ["--audio", str(text), "--retrieval-mode", "native"],
+    ]
+    for extra in cases:
+        args = ["search", "--config", str(memory_config), *extra]
+        served = memory(*args, cwd=memory_config.parent)
+        local = memory(*args, "--no-server", cwd=memory_config.parent)
+        assert served.returncode == local.returncode != 0, (extra, served.stderr)
+        assert served.stderr == local.stderr and served.stdout == local.stdout, extra
+
+
+def test_search_files_route(server, tmp_path):
+    from memory_pipeline_tests import sample_media as sm
+
+    image = sm.text_image(tmp_path / "q.png", ["deploys on Fridays after the freeze"]).read_bytes()
+    resp = server.http.post("/api/memory/search/files", files={"image": ("q.png", image, "image/png")},
+                            data={"options": json.dumps({"max_results": 2, "retrieval_mode": "text", "render": "plain"})})  # fmt: skip
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    assert "freeze" in body["query"].lower() and body["results"][0]["path"].endswith("2026-11-12.md") and len(body["results"]) <= 2
+    assert body["text"]
+    bad = server.http.post("/api/memory/search/files", files={"image": ("q.png", image, "image/png")}, data={"options": '{"max_results": 0}'})
+    assert bad.status_code == 422 and bad.json()["field"] == "options.max_results"
+    assert server.http.post("/api/memory/search/files", data={"options": "{}"}).status_code == 422
+    native = server.http.post("/api/memory/search/files", files={"image": ("q.png", image, "image/png")}, data={"options": '{"retrieval_mode": "native"}'})
+    assert native.status_code == 422 and native.json()["field"] == "retrieval_mode"
+
+
+def test_search_result_schema_is_the_dataclass(server):
+    """The API's result schema is search.SearchResult's: the same fields, all of them always sent."""
+    import dataclasses
+
+    from memory_pipeline.search.searcher import SearchResult
+
+    schema = server.http.get("/openapi.json").json()["components"]["schemas"]["SearchResult"]
+    names = [f.name for f in dataclasses.fields(SearchResult)]
+    assert list(schema["properties"]) == names and sorted(schema["required"]) == sorted(names)
+    hit = server.http.post("/api/memory/search", json={"query": "standup room"}).json()["results"][0]
+    assert list(hit) == names
