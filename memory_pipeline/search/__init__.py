@@ -8,10 +8,10 @@ relevance, recency, MMR), ``fusion`` (weighted / RRF strategies), ``snippets``, 
 Scores are in [0, 1] in every mode and fusion:
 
 * vector similarity ``sv`` = cosine similarity of the query and the chunk, clipped at 0;
-* text score ``st`` = ``coverage**2 * (0.6 + 0.4 * bm25 / (bm25 + 3))`` where coverage is the
-  share of the query's terms (stop words aside) present in the chunk: a chunk holding
-  every term scores at least 0.6, one matching a single word of four stays low (1/16 of
-  that: a partial keyword hit is weak evidence, and the embedding already saw the word);
+* text score ``st`` = the document's share of the query's full-text evidence: BM25 over the
+  whole document (one query per word and phrase, summed), divided by the sum over the query's
+  words of the best score any document reached (``fulltext.TextLeg``); the result points at
+  the document's best chunk;
 * identifiers: a query token holding a digit (ERR_PAYMENT_4471, PAY-2291, 1.47.0) is a
   hard fact; a chunk missing its digit runs keeps only ``0.25 + 0.75 * found / all`` of its
   relevance, however close its vector (the model sees 4417 and 4471 as near twins);
