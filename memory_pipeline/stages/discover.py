@@ -22,7 +22,7 @@ from memory_pipeline.errors import StoreError
 from memory_pipeline.models import DELETIONS_SCHEMA, INDEXED_STATE_SCHEMA, MANIFEST_SCHEMA, frame_of
 from memory_pipeline.settings import Settings
 from memory_pipeline.stores import generations
-from memory_pipeline.stores.lance import VectorStore
+from memory_pipeline.stores.lance import DOC_FTS_COLUMN, VectorStore
 
 if TYPE_CHECKING:
     import polars as pl
@@ -38,10 +38,11 @@ class TableCheck:
     orphans: dict[str, set[str]] = field(default_factory=dict)  # shard -> files with rows but no record
     table_rows: int = 0
     reason: str = ""
+    upgrade: str = ""  # why the table's layout is older than this version's (filled in by the next write)
 
     @property
     def ok(self) -> bool:
-        return not any(self.stale.values()) and not any(self.orphans.values())
+        return not any(self.stale.values()) and not any(self.orphans.values()) and not self.upgrade
 
     @property
     def files(self) -> int:
@@ -89,8 +90,12 @@ def check_table(settings: Settings, ident: EmbeddingIdentity, shards: Sequence[s
                 stale.add(r["doc_id"])
         check.stale[shard] = stale
         check.orphans[shard] = {d for d in held_in.get(shard, ()) if d not in recorded}
+    if rows is not None and store.lacks_document_text():
+        # An older table: not settled, so the next run reaches the write stage, which fills the
+        # document texts in place from the table's own rows (nothing is read or embedded again).
+        check.upgrade = f"table {store.table_name} lacks the document texts of full-text search ({DOC_FTS_COLUMN})"
     if not check.ok and not check.reason:
-        check.reason = f"table {store.table_name} does not hold what the index records say"
+        check.reason = check.upgrade if check.files == 0 else f"table {store.table_name} does not hold what the index records say"
     return check
 
 
@@ -130,8 +135,10 @@ def discover(
     data = storage.of(settings)
     wanted = set(shards)
     check = check_table(settings, ident, shards) if ident is not None and not force else None
-    if check is not None and not check.ok:
+    if check is not None and check.files:
         log.warning("%s: repairing %d files (re-indexed from the cache where it has their vectors)", check.reason, check.files)
+    elif check is not None and check.upgrade:
+        log.info("%s: added by this run's write stage", check.upgrade)
     by_shard: dict[str, list[DiscoveredFile]] = defaultdict(list)
     for f in walk_all(settings):
         if f.shard in wanted:

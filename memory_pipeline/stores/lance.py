@@ -202,7 +202,7 @@ class VectorStore:
                     f"({have.get('dims')} dims), config asks for {meta['provider']}/{meta['model']} ({meta['dims']} dims)",
                     hint="run `memory index --force` to rebuild the table with the new model",
                 )
-            if DOC_FTS_COLUMN not in table.schema.names:
+            if self.lacks_document_text():
                 self.add_document_text()
             return table
         schema = table_schema(dims, meta)
@@ -211,6 +211,17 @@ class VectorStore:
         except Exception as err:
             raise StoreError(f"cannot create table {self.table_name} at {self.uri}: {err}") from err
         return self._table
+
+    def lacks_document_text(self) -> bool:
+        """Whether some file of the table has no document text: a table written before
+        ``DOC_FTS_COLUMN`` existed, or one whose upgrade (``add_document_text``) was cut short.
+        Every file's first chunk row holds one once written (at least its file name, never null)."""
+        table = self.open()
+        if table is None:
+            return False
+        if DOC_FTS_COLUMN not in table.schema.names:
+            return True
+        return table.count_rows(f"chunk_index = 0 AND {DOC_FTS_COLUMN} IS NULL") > 0
 
     def add_document_text(self) -> int:
         """Upgrade a table written before ``DOC_FTS_COLUMN`` existed: add the column and fill it from
@@ -438,7 +449,7 @@ class VectorStore:
         table = self.open()
         if table is None:
             return {"maintenance": "no table"}
-        if DOC_FTS_COLUMN not in table.schema.names:
+        if self.lacks_document_text():
             self.add_document_text()  # a table written before the document column: upgraded here too
         before = len(table.list_versions())
         _with_conflict_retry(table, lambda: table.optimize(cleanup_older_than=keep_versions_for), f"maintenance of {self.table_name}")

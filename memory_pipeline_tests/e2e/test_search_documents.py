@@ -113,3 +113,26 @@ def test_syntax_keeps_working_at_document_level(indexed):
     assert set(names("zebra OR descaling")) == {"long.md", "short.md", "other0.md"}
     assert names("quokka AND walrus") == ["long.md"]  # required clauses hold in the chunk shown
     assert set(names("zebr*")) == {"long.md", "short.md"}
+
+
+def test_an_index_run_with_nothing_changed_upgrades_an_old_table(tmp_path):
+    """A table without document texts is not "settled": the next `memory index`, even with no file
+    changed, runs the write stage, which fills them in place (no file is embedded again); a table
+    whose upgrade was cut short (a first chunk row still without one) is finished the same way."""
+    settings = _index(tmp_path)
+    assert run_index(settings)["skipped_run"] is True
+    table = _table(settings)
+    table.drop_index(f"{DOC_FTS_COLUMN}_idx")
+    table.drop_columns([DOC_FTS_COLUMN])
+    summary = run_index(settings)
+    assert summary["skipped_run"] is False and summary["errors"] == []
+    assert _table(settings).count_rows(f"{DOC_FTS_COLUMN} IS NOT NULL") == 5
+    assert MemorySearcher(settings)._table_layout()[1] == 5
+    _check_ranking(settings)
+    assert run_index(settings)["skipped_run"] is True  # settled again
+    # Half-way through an upgrade: one file's document text missing.
+    _table(settings).update(where="path = 'long.md' AND chunk_index = 0", values={DOC_FTS_COLUMN: None})
+    assert MemorySearcher(settings)._table_layout()[1] == 0  # scored per chunk meanwhile
+    assert run_index(settings)["skipped_run"] is False
+    assert _table(settings).count_rows(f"{DOC_FTS_COLUMN} IS NOT NULL") == 5
+    _check_ranking(settings)
