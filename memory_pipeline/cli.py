@@ -694,11 +694,18 @@ def build_parser() -> argparse.ArgumentParser:
         sub,
         "eval",
         [common],
-        "retrieval quality on a BEIR-format corpus (nDCG@10, recall, MRR, latency)",
+        "retrieval quality on a BEIR-format corpus (nDCG@10, recall, MRR, latency, abstention)",
         "memory eval --corpus corpus.jsonl --queries queries.jsonl --qrels qrels/test.tsv --mode hybrid,fts",
+        "Abstention, per mode of this project: the share of judged queries for which the search as configured\n"
+        "(min_score, standout rule) returns nothing, and of queries without qrels (no-answer) that it answers.",
     )
     p.add_argument("--corpus", required=True, metavar="FILE", help="corpus.jsonl: {_id, title, text} per line, e.g. --corpus scifact/corpus.jsonl")
-    p.add_argument("--queries", required=True, metavar="FILE", help="queries.jsonl: {_id, text} per line, e.g. --queries scifact/queries.jsonl")
+    p.add_argument(
+        "--queries",
+        required=True,
+        metavar="FILE",
+        help="queries.jsonl: {_id, text} per line; queries without qrels count as no-answer queries, e.g. --queries scifact/queries.jsonl",
+    )
     p.add_argument("--qrels", required=True, metavar="FILE", help="qrels TSV with a header: query-id, corpus-id, score, e.g. --qrels scifact/qrels/test.tsv")
     p.add_argument(
         "--mode",

@@ -20,6 +20,15 @@ Metrics (the usual definitions, as in pytrec_eval / BEIR): nDCG@10 with linear g
 relevant / all relevant, MRR@10 = 1 / rank of the first relevant document in the top 10
 (0 if none), averaged over the queries that have at least one relevant document in the
 qrels. Latency is the wall time of each query, including embedding it, in a warm process.
+
+Abstention (this project's modes; ``lancedb-rrf`` has no such rule and reports none): each query
+is run a second time as the product runs it, with the config's ``min_score`` and the standout rule
+of ``search.scoring`` at the product's own pool (``max_results`` x ``candidate_multiplier``). This
+pass is separate from the ranking above, which stays at ``min_score`` 0, so nDCG is unaffected.
+``answerable_abstain`` is the share of the judged queries (at least one relevant document) for which
+that search returns nothing; ``no_answer_answer`` the share of the queries without qrels (the
+labelled set marks them ``"metadata": {"kind": "no-answer"}``) for which it returns anything,
+``null`` when the queries file has none.
 """
 
 from __future__ import annotations
@@ -234,7 +243,41 @@ def _run_ours(eval_settings: Settings, beir: BeirSet, path_to_id: dict[str, str]
         t0 = time.perf_counter()
         rankings[q] = _rank_docs(searcher, beir.queries[q], opts, path_to_id)
         lat.append((time.perf_counter() - t0) * 1000)
-    return score_rankings(rankings, beir.qrels, lat)
+    out = score_rankings(rankings, beir.qrels, lat)
+    out["abstention"] = _abstention(searcher, beir, mode)
+    return out
+
+
+def answerable_queries(qrels: dict[str, dict[str, int]]) -> list[str]:
+    """The judged queries: at least one relevant document (those nDCG averages over)."""
+    return sorted(q for q, rels in qrels.items() if any(r > 0 for r in rels.values()))
+
+
+def no_answer_queries(beir: BeirSet) -> list[str]:
+    """The queries without qrels: nothing in the corpus answers them (the labelled set's ``no-answer`` kind)."""
+    return sorted(set(beir.queries) - set(beir.qrels))
+
+
+def _abstention(searcher, beir: BeirSet, mode: str) -> dict:
+    """Each query run as the product runs it (the config's ``min_score``, the standout rule, the
+    default pool): answerable queries that return nothing, no-answer queries that return anything."""
+    from memory_pipeline.search.scoring import STANDOUT_FLOOR, STANDOUT_Z
+
+    opts = searcher.options(mode=mode)
+    answerable, no_answer = answerable_queries(beir.qrels), no_answer_queries(beir)
+    abstained = sum(1 for q in answerable if not searcher.ranked(beir.queries[q], opts))
+    answered = sum(1 for q in no_answer if searcher.ranked(beir.queries[q], opts))
+    return {
+        "min_score": opts.min_score,
+        "standout_z": STANDOUT_Z,
+        "standout_floor": STANDOUT_FLOOR,
+        "answerable": len(answerable),
+        "answerable_abstained": abstained,
+        "answerable_abstain": round(abstained / len(answerable), 4) if answerable else None,
+        "no_answer": len(no_answer),
+        "no_answer_answered": answered,
+        "no_answer_answer": round(answered / len(no_answer), 4) if no_answer else None,
+    }
 
 
 def _run_lancedb_rrf(eval_settings: Settings, beir: BeirSet, workdir: Path) -> dict:
@@ -287,7 +330,9 @@ def _run_lancedb_rrf(eval_settings: Settings, beir: BeirSet, workdir: Path) -> d
         t0 = time.perf_counter()
         rankings[q] = rank(beir.queries[q])
         lat.append((time.perf_counter() - t0) * 1000)
-    return score_rankings(rankings, beir.qrels, lat)
+    out = score_rankings(rankings, beir.qrels, lat)
+    out["abstention"] = None  # plain LanceDB has no min_score or standout rule: it always answers
+    return out
 
 
 def run_eval(
@@ -341,13 +386,25 @@ def format_report(report: dict) -> str:
     lines = [
         f"corpus {report['corpus']}: {report['documents']} documents, {report['chunks']} chunks, "
         f"{report['queries']} judged queries; {report['provider']}/{report['model']}, fusion {report['fusion']}",
-        f"{'mode':<12} {'nDCG@10':>8} {'R@10':>7} {'R@100':>7} {'MRR@10':>7} {'p50 ms':>8} {'p95 ms':>8}",
+        f"{'mode':<12} {'nDCG@10':>8} {'R@10':>7} {'R@100':>7} {'MRR@10':>7} {'p50 ms':>8} {'p95 ms':>8} {'abstain':>8} {'no-ans':>7}",
     ]
+    rule = None
     for mode, m in report["modes"].items():
+        ab = m.get("abstention")
+        rule = rule or ab
         lines.append(
             f"{mode:<12} {m['ndcg@10']:>8.4f} {m['recall@10']:>7.4f} {m['recall@100']:>7.4f} {m['mrr@10']:>7.4f} "
-            f"{m['latency_ms_p50']:>8.1f} {m['latency_ms_p95']:>8.1f}"
+            f"{m['latency_ms_p50']:>8.1f} {m['latency_ms_p95']:>8.1f} {_share(ab and ab['answerable_abstain']):>8} {_share(ab and ab['no_answer_answer']):>7}"
+        )
+    if rule:
+        lines.append(
+            f"abstain: judged queries that return nothing, no-ans: the {rule['no_answer']} queries without qrels that return "
+            f"something; the product's search at min_score {rule['min_score']:g} / standout {rule['standout_z']:g} sigma"
         )
     if report["index_errors"]:
         lines.append(f"{len(report['index_errors'])} documents could not be indexed (see --json)")
     return "\n".join(lines)
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"

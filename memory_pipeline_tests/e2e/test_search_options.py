@@ -156,6 +156,10 @@ def test_eval_matches_a_hand_computed_example(tmp_path: Path):
     assert m["recall@10"] == pytest.approx(0.5, abs=1e-4) and m["recall@100"] == pytest.approx(0.5, abs=1e-4)
     assert m["mrr@10"] == pytest.approx(0.5, abs=1e-4)
     assert m["latency_ms_p95"] >= m["latency_ms_p50"] > 0
+    # Abstention: a separate pass, the search as configured; q4 ("omega", no qrels) matches nothing.
+    ab = m["abstention"]
+    assert ab["answerable"] == 3 and ab["no_answer"] == 1 and ab["no_answer_answered"] == 0 and ab["no_answer_answer"] == 0.0
+    assert 0 <= ab["answerable_abstained"] <= 3 and ab["answerable_abstain"] == pytest.approx(ab["answerable_abstained"] / 3, abs=1e-4)
     human = run_cli(
         "eval", "--config", str(cfg), "--corpus", str(tmp_path / "corpus.jsonl"), "--queries", str(tmp_path / "queries.jsonl"),
         "--qrels", str(tmp_path / "qrels.tsv"), "--mode", "fts",
@@ -165,6 +169,46 @@ def test_eval_matches_a_hand_computed_example(tmp_path: Path):
     assert missing.returncode == 2 and "file not found" in missing.stderr
     bad_mode = run_cli("eval", "--config", str(cfg), "--corpus", "a", "--queries", "b", "--qrels", "c", "--mode", "bm99")
     assert bad_mode.returncode == 2 and "--mode" in bad_mode.stderr
+
+
+TOPICS = [
+    ("kafka", "Kafka consumer lag on the payments topic: check the consumer group offsets, then scale the consumers."),
+    ("boiler", "The boiler pressure dropped below one bar; the heating engineer bled the radiators and topped it up."),
+    ("sourdough", "Feed the sourdough starter twice a day with rye flour and water, keep it at room temperature."),
+    ("passport", "Passport renewal: the photo booth at the post office, the form and the fee of 75 pounds."),
+    ("garden", "Planted tomatoes, basil and courgettes in the raised bed; water every evening in July."),
+    ("dentist", "Dentist appointment moved to Thursday at 9; bring the insurance card."),
+    ("bike", "The road bike needs a new chain and brake pads before the club ride on Sunday."),
+    ("postgres", "Postgres vacuum ran for hours on the orders table; autovacuum thresholds were raised."),
+]
+
+
+def test_eval_reports_abstention_of_answerable_and_no_answer_queries(tmp_path: Path):
+    """Per mode, the product's search as configured: a query that clearly matches its document
+    answers, a nonsense query without qrels (a no-answer query) returns nothing; nDCG unchanged."""
+    from memory_pipeline.evaluation import format_report, run_eval
+
+    (tmp_path / "mem").mkdir()
+    settings = load_settings(write_config(tmp_path / "memory_pipeline.yaml"))
+    docs = [{"_id": f"{topic}-{i}", "title": f"{topic} note {i}", "text": f"{text} Entry {i}."} for topic, text in TOPICS for i in range(3)]
+    (tmp_path / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    queries = [
+        ("q1", "kafka consumer lag on the payments topic"),
+        ("q2", "sourdough starter feeding with rye flour"),
+        ("n1", "zorblax quiffle vemmering snarth"),
+    ]
+    (tmp_path / "queries.jsonl").write_text("".join(json.dumps({"_id": q, "text": t}) + "\n" for q, t in queries))
+    (tmp_path / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\nq1\tkafka-0\t1\nq2\tsourdough-1\t1\n")
+    report = run_eval(settings, tmp_path / "corpus.jsonl", tmp_path / "queries.jsonl", tmp_path / "qrels.tsv", modes=("fts", "vector", "hybrid"))
+    assert report["queries"] == 2 and report["queries_without_judgements"] == 1
+    for mode, m in report["modes"].items():
+        ab = m["abstention"]
+        assert ab["min_score"] == settings.query.min_score and ab["answerable"] == 2 and ab["no_answer"] == 1, mode
+        assert ab["answerable_abstained"] == 0 and ab["answerable_abstain"] == 0.0, (mode, ab)
+        assert ab["no_answer_answered"] == 0 and ab["no_answer_answer"] == 0.0, (mode, ab)
+        assert m["ndcg@10"] > 0, mode
+    text = format_report(report)
+    assert "abstain" in text and "no-ans" in text and "0.0%" in text
 
 
 def test_ann_index_is_built_above_the_threshold_and_measured(tmp_path: Path):
