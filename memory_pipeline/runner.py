@@ -1,6 +1,7 @@
-"""Run the asset graph in-process: over every shard (what `memory index` and the nightly schedule
-do), or over only the shards that hold some files (what the server does after an ingest, a note or
-a delete).
+"""Run the asset graph in-process: over the shards with work (what `memory index` does: a stat walk
+and the per-shard records say which shards changed, and one run covers the range from the first of
+them to the last; none changed: no run at all), over every shard (`--force`), or over only the
+shards that hold some files (what the server does after an ingest, a note or a delete).
 
 Runs started here take a lock per shard (``runs/locks/<shard>.lock``, in shard order), so two
 processes (`memory index` and `memory serve`) never work on one shard at once: a shard's manifest,
@@ -10,6 +11,7 @@ chunks and state files are rewritten by every run over it. Runs over other shard
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import json
 import os
@@ -22,7 +24,7 @@ from memory_pipeline.discovery import SHARD_KEYS, shard_of
 from memory_pipeline.errors import MemoryPipelineError, PrimaryFailed
 from memory_pipeline.settings import Settings
 from memory_pipeline.stages.hooks import NO_HOOKS, StageHooks
-from memory_pipeline.stages.report import RunResults, RunSummary, settled_summary
+from memory_pipeline.stages.report import RunResults, RunSummary, Settlement, settle
 
 DAGSTER_YAML = """\
 # Written by memory_pipeline: a persistent instance for `memory index` and `make ui`.
@@ -69,20 +71,28 @@ def run_index(
     """
     started = time.perf_counter()
     wanted = _checked_shards(shards)
-    if not force and wanted == list(SHARD_KEYS):
-        settled = _settled(settings)
-        if settled is not None:
-            summary = settled.with_timing(run_id=None, seconds=time.perf_counter() - started)
+    elsewhere = 0  # files of the shards left out because they have no work (counted as seen)
+    if not force and shards is None:
+        settlement = _settlement(settings)
+        if settlement is not None and settlement.summary is not None:
+            summary = settlement.summary.with_timing(run_id=None, seconds=time.perf_counter() - started)
             _record_run(settings, summary)
             return summary
+        if settlement is not None:
+            # Only the shards with work, as one run over the range from the first to the last of
+            # them: a run's fixed cost (and Dagster's events per partition) is paid for those only.
+            wanted = _span(settlement.shards[0], settlement.shards[-1])
+            elsewhere = sum(n for s, n in settlement.files_elsewhere.items() if s not in wanted)
     try:
         parts = _run_ranges(settings, force, hooks, wanted)
     except PrimaryFailed:
         if _after_fallback:
             raise
         # The failure is recorded: this run goes again with the fallback (a new generation if it differs).
-        return run_index(settings, force=force, hooks=hooks, shards=None if shards is None else wanted, _after_fallback=True)
+        return run_index(settings, force=force, hooks=hooks, shards=shards, _after_fallback=True)
     summary = RunSummary.combined(parts).with_timing(run_id=parts[-1].run_id, seconds=time.perf_counter() - started)
+    if elsewhere:
+        summary = dataclasses.replace(summary, files_seen=summary.files_seen + elsewhere)
     _record_run(settings, summary)
     return summary
 
@@ -142,7 +152,8 @@ def _shard_locks(settings: Settings, shards: Sequence[str]) -> Iterator[None]:
         yield
 
 
-def _settled(settings: Settings) -> RunSummary | None:
+def _settlement(settings: Settings) -> Settlement | None:
+    """Which shards have work (None: unknown, run them all)."""
     from memory_pipeline.changes import EmbeddingIdentity
     from memory_pipeline.providers.registry import resolve_provider
 
@@ -150,7 +161,7 @@ def _settled(settings: Settings) -> RunSummary | None:
         ident = EmbeddingIdentity.of(resolve_provider(settings))
     except Exception:  # noqa: BLE001 - let the full run report provider problems properly
         return None
-    return settled_summary(settings, ident)
+    return settle(settings, ident)
 
 
 def _materialize(settings: Settings, force: bool, home: Path, hooks: StageHooks, results: RunResults, first: str, last: str) -> str:

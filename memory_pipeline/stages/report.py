@@ -193,43 +193,52 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def settled_summary(settings: Settings, ident: EmbeddingIdentity) -> RunSummary | None:
-    """The summary of a no-op run when nothing changed since the last one, else None.
+@dataclass(frozen=True)
+class Settlement:
+    """What a run would have to do: the shards with work (none: settled), and the no-op summary
+    when settled."""
 
-    Cheap: one stat walk and the small per-shard manifests and states; no model load, no
-    Dagster. "Settled" means every file's stat matches the last manifest, every indexable
-    file is committed to the table with the current chunking and model fingerprint (or
-    failed extraction with unchanged content), no deletion is pending, and the table
-    holds what the records say.
+    shards: list[str]
+    summary: RunSummary | None = None
+    files_elsewhere: dict[str, int] = field(default_factory=dict)  # shard -> files its manifest lists
+
+
+def settle(settings: Settings, ident: EmbeddingIdentity) -> Settlement:
+    """Which shards have work since the last run: cheap, one stat walk and the small per-shard
+    manifests and states, plus three narrow columns of the table; no model load, no Dagster.
+
+    A shard is settled when every file's stat matches its manifest, every indexable file is
+    committed to the table with the current chunking and model fingerprint (or failed
+    extraction with unchanged content), no deletion is pending, and the table holds what the
+    records say for its files. A missing source folder or a table of an older layout puts every
+    shard to work.
     """
     data = storage.of(settings)
-    fp = fingerprint(settings, ident)
+    every = list(SHARD_KEYS)
     if any(not s.path.is_dir() for s in settings.sources):
-        return None
-    if shard_fingerprints(settings) != manifest_fingerprints(settings, SHARD_KEYS):
-        return None
-    files_seen = 0
+        return Settlement(every)
+    fp = fingerprint(settings, ident)
+    current = shard_fingerprints(settings)
+    seen = manifest_fingerprints(settings, SHARD_KEYS)
+    work = {s for s in SHARD_KEYS if current.get(s, "") != seen.get(s, "")}
+    listed: dict[str, int] = {}
     for shard in SHARD_KEYS:
+        if shard in work:
+            continue
         manifest = data.read("source_files", shard, MANIFEST_SCHEMA).to_pylist()
-        state = {r["doc_id"]: r for r in data.read("memory_vectors", shard, INDEXED_STATE_SCHEMA, ".state").to_pylist()}
-        status = data.read("extracted_content", shard, EXTRACTION_STATUS_SCHEMA, ".status").to_pylist()
-        failed = {r["doc_id"] for r in status if r["status"] == "failed"}
-        files_seen += len(manifest)
-        present = set()
-        for row in manifest:
-            if row["status"] == "skipped":
-                continue
-            present.add(row["doc_id"])
-            if row["status"] == "ok" and not committed(row, state.get(row["doc_id"]), fp) and row["doc_id"] not in failed:
-                return None
-        if set(state) - present:
-            return None
-    # The records say all is done: make sure the table agrees (a deleted or restored table is not settled).
+        listed[shard] = len(manifest)
+        if not _shard_settled(data, shard, manifest, fp):
+            work.add(shard)
+    # The records say what is done: make sure the table agrees (a deleted or restored table is not settled).
     check = check_table(settings, ident, SHARD_KEYS)
-    if not check.ok:
-        return None
-    return RunSummary(
-        files_seen=files_seen,
+    if check.upgrade:
+        return Settlement(every)
+    work |= {s for s, files in check.stale.items() if files} | {s for s, files in check.orphans.items() if files}
+    if work:
+        ordered = [s for s in SHARD_KEYS if s in work]
+        return Settlement(ordered, files_elsewhere={s: n for s, n in listed.items() if s not in work})
+    summary = RunSummary(
+        files_seen=sum(listed.values()),
         table_rows=check.table_rows,
         provider=ident.provider,
         model=ident.model,
@@ -237,9 +246,29 @@ def settled_summary(settings: Settings, ident: EmbeddingIdentity) -> RunSummary 
         mode="vector+fts" if ident.dims else "fts-only",
         requested_provider=settings.provider,
         skipped_run=True,
-        shards=list(SHARD_KEYS),
+        shards=every,
         errors=run_errors(settings, SHARD_KEYS),
     )
+    return Settlement([], summary, listed)
 
 
-__all__ = ["EmbedInfo", "RunResults", "RunSummary", "run_errors", "settled_summary"]
+def _shard_settled(data: storage.DataStore, shard: str, manifest: list[dict], fp: str) -> bool:
+    state = {r["doc_id"]: r for r in data.read("memory_vectors", shard, INDEXED_STATE_SCHEMA, ".state").to_pylist()}
+    status = data.read("extracted_content", shard, EXTRACTION_STATUS_SCHEMA, ".status").to_pylist()
+    failed = {r["doc_id"] for r in status if r["status"] == "failed"}
+    present = set()
+    for row in manifest:
+        if row["status"] == "skipped":
+            continue
+        present.add(row["doc_id"])
+        if row["status"] == "ok" and not committed(row, state.get(row["doc_id"]), fp) and row["doc_id"] not in failed:
+            return False
+    return not (set(state) - present)
+
+
+def settled_summary(settings: Settings, ident: EmbeddingIdentity) -> RunSummary | None:
+    """The summary of a no-op run when nothing changed since the last one, else None (see :func:`settle`)."""
+    return settle(settings, ident).summary
+
+
+__all__ = ["EmbedInfo", "RunResults", "RunSummary", "Settlement", "run_errors", "settle", "settled_summary"]

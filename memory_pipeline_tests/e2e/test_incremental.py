@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from memory_pipeline.runner import run_index
+from memory_pipeline.discovery import SHARD_KEYS
+from memory_pipeline.runner import run_index, shards_of
 from memory_pipeline.search import search
 from memory_pipeline.settings import load_settings
 from memory_pipeline_tests.conftest import SAMPLE, TEXT_ONLY, write_config
@@ -69,6 +70,9 @@ def test_editing_one_note_reembeds_only_its_changed_chunks(indexed_copy):
     note.write_text(note.read_text() + "\n## Follow-up\nThe leak came back after the v2.15 deploy; pinned GOMAXPROCS to 2.\n")
     result = run_index(settings)
     assert result["files_changed"] == 1
+    # Only the note's shard ran; the other files were seen by the stat walk, unchanged.
+    assert result["shards"] == shards_of([("mem", "memory/2026-10-22.md")])
+    assert result["files_seen"] == first["files_seen"]
     assert 1 <= result["chunks_embedded"] <= 2
     assert result["chunks_cached"] == result["chunks_total"] - result["chunks_embedded"]
     after = {r["chunk_id"]: r for r in table_rows(settings.data_dir)}
@@ -82,6 +86,7 @@ def test_deleting_a_note_removes_its_rows(indexed_copy):
     settings, _, sample_dir = indexed_copy
     (sample_dir / "memory" / "2026-10-11.md").unlink()
     result = run_index(settings)
+    assert result["shards"] == shards_of([("mem", "memory/2026-10-11.md")])
     assert result["files_deleted"] == 1 and result["rows_deleted"] > 0
     assert not any(r["path"].endswith("2026-10-11.md") for r in table_rows(settings.data_dir))
     assert not any(h.path.endswith("2026-10-11.md") for h in search("sourdough starter hydration", settings=settings))
@@ -92,6 +97,9 @@ def test_renaming_moves_rows_without_reembedding(indexed_copy):
     old_rows = [r for r in table_rows(settings.data_dir) if r["path"] == "memory/2026-10-08.md"]
     shutil.move(sample_dir / "memory" / "2026-10-08.md", sample_dir / "memory" / "vector-db-choice.md")
     result = run_index(settings)
+    # One run over the range from the first to the last shard of the two paths.
+    ends = shards_of([("mem", "memory/2026-10-08.md"), ("mem", "memory/vector-db-choice.md")])
+    assert result["shards"][0] == ends[0] and result["shards"][-1] == ends[-1]
     assert result["files_changed"] == 1 and result["files_deleted"] == 1
     assert result["chunks_embedded"] == 0 and result["chunks_cached"] == len(old_rows)
     rows = table_rows(settings.data_dir)
@@ -103,6 +111,7 @@ def test_renaming_moves_rows_without_reembedding(indexed_copy):
 def test_force_reindexes_from_cache(indexed_copy):
     settings, first, _ = indexed_copy
     result = run_index(settings, force=True)
+    assert result["shards"] == list(SHARD_KEYS)
     assert result["files_changed"] == 17
     assert result["chunks_embedded"] == 0 and result["chunks_cached"] == first["chunks_total"]
     assert result["table_rows"] == first["table_rows"]
