@@ -60,13 +60,16 @@ def run_cli(
             argv += ["--embed-slice", str(embed_slice)]
         argv += ["--", *args]
     workdir = str(cwd or REPO)
-    if not fresh and _ZYGOTE.accepts(full_env):
+    drop_privilege = honor_permissions and os.geteuid() == 0
+    # Dropping root's file-read override works through the capability bounding set, which takes
+    # effect at exec: a forked child without exec keeps it, so those calls get a new interpreter.
+    if not fresh and not drop_privilege and _ZYGOTE.accepts(full_env):
         try:
-            return _ZYGOTE.run(module, argv, full_env, workdir, honor_permissions and os.geteuid() == 0, timeout)
+            return _ZYGOTE.run(module, argv, full_env, workdir, timeout)
         except ConnectionError:
             _ZYGOTE.broken = True  # the server is gone: new interpreters from here on
     kwargs = {}
-    if honor_permissions and os.geteuid() == 0:
+    if drop_privilege:
         kwargs["preexec_fn"] = _drop_file_read_override
     return subprocess.run(
         [sys.executable, "-m", module, *argv],
@@ -128,11 +131,11 @@ class _ForkServer:
             self.proc.wait()
         shutil.rmtree(folder, ignore_errors=True)
 
-    def run(self, module: str, argv: list[str], env: dict, cwd: str, honor_permissions: bool, timeout: float):
+    def run(self, module: str, argv: list[str], env: dict, cwd: str, timeout: float):
         import socket
         import tempfile
 
-        request = json.dumps({"module": module, "argv": argv, "env": env, "cwd": cwd, "honor_permissions": honor_permissions})
+        request = json.dumps({"module": module, "argv": argv, "env": env, "cwd": cwd})
         command = [sys.executable, "-m", module, *argv]
         with (
             open(os.devnull, "rb") as stdin,

@@ -19,7 +19,7 @@ therefore starts a real new interpreter when a request changes such variables (`
 test asks for ``fresh=True`` (a test about start-up itself).
 
 Protocol (one Unix stream connection per call): the client sends one JSON line
-``{"module", "argv", "env", "cwd", "honor_permissions"}`` together with three descriptors
+``{"module", "argv", "env", "cwd"}`` together with three descriptors
 (stdin, stdout, stderr) via SCM_RIGHTS; the server answers ``<pid>\\n`` when the child is
 started and ``<returncode>\\n`` (negative: killed by that signal) when it has ended.
 
@@ -140,8 +140,6 @@ def _become(request: dict, fds: list[int]) -> None:
     os.environ.clear()
     os.environ.update(request["env"])
     os.chdir(request["cwd"])
-    if request.get("honor_permissions"):
-        _drop_file_read_override()
     # `python -m` puts the working directory first on the path.
     sys.path[0] = os.getcwd()
     sys.argv = [request["module"], *request["argv"]]

@@ -301,7 +301,7 @@ class MemorySearcher:
             rows = self.table.count_rows()
             docs = 0
             if DOC_FTS_COLUMN in self.table.schema.names:
-                docs = self.table.count_rows(f"{DOC_FTS_COLUMN} IS NOT NULL")
+                docs = self.table.count_rows(f"{DOC_FTS_COLUMN} != ''")  # null or empty: no document text
                 if docs and self.table.count_rows(f"chunk_index = 0 AND {DOC_FTS_COLUMN} IS NULL"):
                     docs = 0  # not every document has one yet
             self._layout = (version, rows, docs)

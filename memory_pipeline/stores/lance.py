@@ -22,10 +22,13 @@ import pyarrow as pa
 from memory_pipeline.errors import IndexMismatchError, StoreError
 
 FTS_COLUMN = "search_text"
-# The whole document's text on one row per document (its first chunk), null on the others: BM25 over
+# The whole document's text on one row per document (its first chunk), empty on the others: BM25 over
 # it has document-level statistics (term frequencies add up across chunks, length is the file's),
-# so chunking does not dilute a document's full-text evidence. Null rows do not count in LanceDB's
-# BM25 statistics (neither in the number of documents nor in the average length).
+# so chunking does not dilute a document's full-text evidence. Empty rows do not count in LanceDB's
+# BM25 statistics (neither in the number of documents nor in the average length). Empty, not null:
+# Lance 0.40 reads a page holding one long text among nulls back as that text repeated on every
+# row ("Offset overflow" past 2 GiB, so a 5 MB note broke the full-text index); null is left
+# for "not filled yet" (a table written before this column, see lacks_document_text).
 DOC_FTS_COLUMN = "doc_search_text"
 META_KEY = b"memory_pipeline"
 _DOCS_PER_COMMIT = 500
@@ -95,13 +98,13 @@ def _overlap(prev: str, text: str) -> int:
     return 0
 
 
-def document_texts(doc_ids: Sequence[str], chunk_index: Sequence[int], texts: Sequence[str], paths: Sequence[str]) -> list[str | None]:
+def document_texts(doc_ids: Sequence[str], chunk_index: Sequence[int], texts: Sequence[str], paths: Sequence[str]) -> list[str]:
     """The ``DOC_FTS_COLUMN`` value of each chunk row: the whole document's text and file name on the
-    document's first chunk, None on the others."""
+    document's first chunk, empty on the others (see ``DOC_FTS_COLUMN`` for why not null)."""
     order: dict[str, list[int]] = {}
     for i, d in enumerate(doc_ids):
         order.setdefault(d, []).append(i)
-    out: list[str | None] = [None] * len(doc_ids)
+    out: list[str] = [""] * len(doc_ids)
     for rows in order.values():
         rows.sort(key=lambda i: chunk_index[i])
         body = join_chunks([texts[i] or "" for i in rows])

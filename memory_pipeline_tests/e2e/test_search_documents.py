@@ -71,14 +71,14 @@ def test_the_long_file_ranks_by_its_whole_text_and_points_at_its_best_chunk(inde
     rows, docs = searcher._table_layout()
     assert docs == 5 and rows > 5  # one document text per file, the long file in many chunks
     table = _table(indexed)
-    assert table.count_rows(f"{DOC_FTS_COLUMN} IS NOT NULL") == 5
+    assert table.count_rows(f"{DOC_FTS_COLUMN} != ''") == 5
     assert {i.name for i in table.list_indices()} >= {"search_text_idx", f"{DOC_FTS_COLUMN}_idx"}
     _check_ranking(indexed)
 
 
 def test_document_text_counts_the_chunk_overlap_once(indexed):
     table = _table(indexed)
-    (text,) = table.search().where(f"path = 'long.md' AND {DOC_FTS_COLUMN} IS NOT NULL").select([DOC_FTS_COLUMN]).to_arrow().column(DOC_FTS_COLUMN).to_pylist()
+    (text,) = table.search().where(f"path = 'long.md' AND {DOC_FTS_COLUMN} != ''").select([DOC_FTS_COLUMN]).to_arrow().column(DOC_FTS_COLUMN).to_pylist()
     assert text.count("Walrus tape seals") == 1 and text.count(FILLER.format(i=7)) == 1
     assert text.rstrip().endswith("long")  # the file name is searchable on the document row too
 
@@ -99,7 +99,7 @@ def test_a_table_written_before_the_document_column_searches_and_is_upgraded(tmp
     (tmp_path / "mem" / "other2.md").write_text("# Note 2\n\nAbout the yearly budget review.\n")
     run_index(settings)
     table = _table(settings)
-    assert table.count_rows(f"{DOC_FTS_COLUMN} IS NOT NULL") == 5
+    assert table.count_rows(f"{DOC_FTS_COLUMN} != ''") == 5
     assert MemorySearcher(settings)._table_layout()[1] == 5
     _check_ranking(settings)
 
@@ -126,7 +126,7 @@ def test_an_index_run_with_nothing_changed_upgrades_an_old_table(tmp_path):
     table.drop_columns([DOC_FTS_COLUMN])
     summary = run_index(settings)
     assert summary["skipped_run"] is False and summary["errors"] == []
-    assert _table(settings).count_rows(f"{DOC_FTS_COLUMN} IS NOT NULL") == 5
+    assert _table(settings).count_rows(f"{DOC_FTS_COLUMN} != ''") == 5
     assert MemorySearcher(settings)._table_layout()[1] == 5
     _check_ranking(settings)
     assert run_index(settings)["skipped_run"] is True  # settled again
@@ -134,5 +134,5 @@ def test_an_index_run_with_nothing_changed_upgrades_an_old_table(tmp_path):
     _table(settings).update(where="path = 'long.md' AND chunk_index = 0", values={DOC_FTS_COLUMN: None})
     assert MemorySearcher(settings)._table_layout()[1] == 0  # scored per chunk meanwhile
     assert run_index(settings)["skipped_run"] is False
-    assert _table(settings).count_rows(f"{DOC_FTS_COLUMN} IS NOT NULL") == 5
+    assert _table(settings).count_rows(f"{DOC_FTS_COLUMN} != ''") == 5
     _check_ranking(settings)

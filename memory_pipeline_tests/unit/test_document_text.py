@@ -24,4 +24,4 @@ def test_join_chunks_counts_overlap_once(chunks, joined):
 
 def test_document_text_goes_on_each_documents_first_chunk():
     texts = document_texts(["x", "y", "x"], [1, 0, 0], ["two three", "solo", "one two"], ["p/a-b_c.md", "q.md", "p/a-b_c.md"])
-    assert texts == [None, "solo\nq", "one two\n three\na b c"]
+    assert texts == ["", "solo\nq", "one two\n three\na b c"]
