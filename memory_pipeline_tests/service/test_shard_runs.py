@@ -29,9 +29,11 @@ def served(tmp_path_factory):
     srv.stop()
 
 
-def manifests(data_dir: Path) -> dict[str, int]:
-    """Each shard's manifest file and its mtime: a run over a shard rewrites it, other runs do not."""
-    return {s: (data_dir / "assets" / "source_files" / f"{s}.parquet").stat().st_mtime_ns for s in SHARD_KEYS}
+def manifests(data_dir: Path) -> dict[str, int | None]:
+    """Each shard's manifest file and its mtime: a run over a shard rewrites it, other runs do not
+    (None: no run has covered the shard yet; `memory index` runs only the shards with work)."""
+    paths = {s: data_dir / "assets" / "source_files" / f"{s}.parquet" for s in SHARD_KEYS}
+    return {s: p.stat().st_mtime_ns if p.exists() else None for s, p in paths.items()}
 
 
 def last_runs(data_dir: Path, n: int) -> list[dg.DagsterRun]:
