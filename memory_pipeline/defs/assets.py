@@ -106,18 +106,22 @@ def _side_file(settings, name: str, shards: list[str]) -> dg.Output:
 _SIDE_SCHEMAS = {"file_deletions": DELETIONS_SCHEMA, "extraction_status": EXTRACTION_STATUS_SCHEMA, "indexed_state": INDEXED_STATE_SCHEMA}
 
 
-def _side_out(name: str, layer: str, description: str) -> dg.AssetOut:
-    """A side file's asset: no value passes (see the module docstring)."""
+def _parquet_out(schema: pa.Schema, layer: str, description: str, **kwargs) -> dg.AssetOut:
+    """A Parquet asset of a stage's multi_asset: group, owners, layer tag, kinds and column schema."""
     return dg.AssetOut(
-        key=dg.AssetKey(name),
-        dagster_type=dg.Nothing,
         group_name=GROUP,
         owners=OWNERS,
         tags={"layer": layer},
         kinds={"python", "parquet"},
-        metadata=_table(_SIDE_SCHEMAS[name]),
+        metadata=_table(schema),
         description=description,
+        **kwargs,
     )
+
+
+def _side_out(name: str, layer: str, description: str) -> dg.AssetOut:
+    """A side file's asset: no value passes (see the module docstring)."""
+    return _parquet_out(_SIDE_SCHEMAS[name], layer, description, key=dg.AssetKey(name), dagster_type=dg.Nothing)
 
 
 @contextlib.contextmanager
@@ -199,14 +203,7 @@ class IndexRunConfig(dg.Config):
 
 @dg.multi_asset(
     outs={
-        "source_files": dg.AssetOut(
-            group_name=GROUP,
-            owners=OWNERS,
-            tags={"layer": "ingest"},
-            kinds={"python", "parquet"},
-            metadata=_table(MANIFEST_SCHEMA),
-            description="One row per file under the configured sources: stat, sha256, sniffed type, status, action.",
-        ),
+        "source_files": _parquet_out(MANIFEST_SCHEMA, "ingest", "One row per file under the configured sources: stat, sha256, sniffed type, status, action."),
         "file_deletions": _side_out("file_deletions", "ingest", "Files deleted since the last run, whose rows the next write removes."),
     },
     partitions_def=shard_partitions,
@@ -240,13 +237,8 @@ def source_files(
 
 @dg.multi_asset(
     outs={
-        "extracted_content": dg.AssetOut(
-            group_name=GROUP,
-            owners=OWNERS,
-            tags={"layer": "ingest"},
-            kinds={"python", "parquet"},
-            metadata=_table(SEGMENTS_SCHEMA),
-            description="Text segments with line locators for every new or changed file; unreadable files get a reason.",
+        "extracted_content": _parquet_out(
+            SEGMENTS_SCHEMA, "ingest", "Text segments with line locators for every new or changed file; unreadable files get a reason."
         ),
         "extraction_status": _side_out(
             "extraction_status", "ingest", "Per-file extraction outcome: ok, failed (with reason) or partial; memory_chunks adds its own failures."
