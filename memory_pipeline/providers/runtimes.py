@@ -1,0 +1,252 @@
+"""Runtimes for the local model: torch, or the same weights exported to ONNX and run by
+onnxruntime or OpenVINO, optionally with int8 weights.
+
+The export is done here, offline, from the model folder on disk (``torch.onnx.export`` of the
+transformer; pooling and normalisation stay in numpy, with the same math as the torch path).
+int8 is dynamic per-channel quantisation of the MatMul weights (``onnxruntime.quantization``).
+Both are written once into the model cache and reused by every later run and process:
+
+    $MEMORY_PIPELINE_MODEL_CACHE, else $XDG_CACHE_HOME/memory_pipeline/models, else
+    ~/.cache/memory_pipeline/models
+
+A cached export is keyed by the model folder's files (path, size, modification time) and
+:data:`EXPORT_VERSION`, so replacing the weights exports again. Concurrent first runs (several
+shard processes) take a file lock; the loser reuses the winner's file. Nothing is downloaded.
+
+An ONNX or OpenVINO run imports neither torch nor transformers once the export exists: start-up
+is onnxruntime (or openvino) plus the ``tokenizers`` library.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from memory_pipeline.errors import ProviderUnavailable
+from memory_pipeline.providers.base import stable_key
+
+RUNTIMES = ("torch", "onnx", "openvino")
+QUANTIZE = ("none", "int8")
+# Bumped when the export or quantisation recipe changes: old exports are then made again.
+EXPORT_VERSION = 1
+INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """Which engine runs the local model, and with which weights."""
+
+    engine: str = "torch"
+    quantize: str = "none"
+
+    def __post_init__(self) -> None:
+        if self.engine not in RUNTIMES:
+            raise ValueError(f"unknown runtime {self.engine!r}")
+        if self.quantize not in QUANTIZE:
+            raise ValueError(f"unknown quantisation {self.quantize!r}")
+        if self.engine == "torch" and self.quantize != "none":
+            raise ValueError("int8 needs runtime onnx or openvino")
+
+    @property
+    def label(self) -> str:
+        return self.engine if self.quantize == "none" else f"{self.engine}-{self.quantize}"
+
+
+def every_runtime() -> list[Runtime]:
+    return [Runtime(engine, quantize) for engine in RUNTIMES for quantize in QUANTIZE if engine != "torch" or quantize == "none"]
+
+
+def model_cache_root() -> Path:
+    explicit = os.environ.get("MEMORY_PIPELINE_MODEL_CACHE")
+    if explicit:
+        return Path(explicit).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "memory_pipeline" / "models"
+
+
+def model_signature(model_path: Path) -> str:
+    """A cheap key of the model folder's content: every file's relative path, size and mtime."""
+    parts: list[object] = [EXPORT_VERSION, str(model_path.resolve())]
+    for path in sorted(p for p in model_path.rglob("*") if p.is_file() and not p.name.startswith(".")):
+        st = path.stat()
+        parts += [path.relative_to(model_path).as_posix(), st.st_size, st.st_mtime_ns]
+    return stable_key(*parts)
+
+
+def _unavailable(model: str, what: str, err: BaseException | str) -> ProviderUnavailable:
+    return ProviderUnavailable(
+        f"cannot {what} local model {model}: {err}",
+        provider="local",
+        hint="run make run to install the runtime packages, or set local.runtime: torch",
+    )
+
+
+@contextlib.contextmanager
+def _locked(folder: Path):
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".lock", "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def exported_model(model_path: Path, model: str, quantize: str) -> Path:
+    """The ONNX file of this model (int8 when asked), exported on first use and cached."""
+    folder = model_cache_root() / f"{model_path.name}-{model_signature(model_path)}"
+    fp32 = folder / "model.onnx"
+    target = fp32 if quantize == "none" else folder / f"model-{quantize}.onnx"
+    if target.is_file():
+        return target
+    try:
+        with _locked(folder):
+            if not fp32.is_file():
+                _export(model_path, fp32, model)
+            if target != fp32 and not target.is_file():
+                _quantize(fp32, target, model)
+            (folder / "source.json").write_text(json.dumps({"model": model, "path": str(model_path), "export_version": EXPORT_VERSION}))
+    except OSError as err:
+        raise _unavailable(model, f"write the exported model to {folder} for", err) from err
+    return target
+
+
+def _atomic_target(dest: Path) -> Path:
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".export-", suffix=".onnx")
+    os.close(fd)
+    return Path(tmp)
+
+
+def _export(model_path: Path, dest: Path, model: str) -> None:
+    try:
+        import torch
+        from transformers import AutoModel
+        from transformers.utils import logging as hf_logging
+    except ImportError as err:
+        raise _unavailable(model, "export (torch and transformers are needed once)", err) from err
+    hf_logging.disable_progress_bar()
+    try:
+        # Eager attention: the fused kernels do not trace to ONNX.
+        net = AutoModel.from_pretrained(str(model_path), attn_implementation="eager")
+    except Exception as err:  # the library raises many types for a broken model folder
+        raise _unavailable(model, "load", err) from err
+    net.eval()
+
+    class _Hidden(torch.nn.Module):
+        def __init__(self, inner: Any) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids, attention_mask, token_type_ids):  # noqa: ANN001 - traced
+            return self.inner(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).last_hidden_state
+
+    sample = torch.ones((2, 8), dtype=torch.long)
+    axes = {"batch": 0, "tokens": 1}
+    dynamic = {name: {axes["batch"]: "batch", axes["tokens"]: "tokens"} for name in (*INPUT_NAMES, "last_hidden_state")}
+    tmp = _atomic_target(dest)
+    try:
+        import warnings
+
+        with warnings.catch_warnings(), torch.inference_mode(False), torch.no_grad():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(
+                _Hidden(net),
+                (sample, sample, torch.zeros_like(sample)),
+                str(tmp),
+                dynamo=False,
+                input_names=list(INPUT_NAMES),
+                output_names=["last_hidden_state"],
+                dynamic_axes=dynamic,
+                opset_version=17,
+            )
+        os.replace(tmp, dest)
+    except Exception as err:  # torch's exporter raises many types
+        tmp.unlink(missing_ok=True)
+        if isinstance(err, OSError):
+            raise
+        raise _unavailable(model, "export to ONNX", err) from err
+
+
+def _quantize(src: Path, dest: Path, model: str) -> None:
+    try:
+        import logging
+
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+    except ImportError as err:
+        raise _unavailable(model, "quantise", err) from err
+    tmp = _atomic_target(dest)
+    quiet = logging.getLogger()
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)  # its 'consider pre-processing' advice is for image models
+    try:
+        # Per-channel int8 MatMul weights, activations quantised at run time: the recipe that
+        # kept MiniLM's vectors closest to fp32 (cosine ≥ 0.98 on every test text).
+        quantize_dynamic(
+            str(src), str(tmp), weight_type=QuantType.QInt8, per_channel=True, op_types_to_quantize=["MatMul"], extra_options={"MatMulConstBOnly": True}
+        )
+        os.replace(tmp, dest)
+    except Exception as err:  # onnx/onnxruntime raise many types
+        tmp.unlink(missing_ok=True)
+        if isinstance(err, OSError):
+            raise
+        raise _unavailable(model, "quantise", err) from err
+    finally:
+        quiet.setLevel(level)
+
+
+class OnnxSession:
+    """The exported transformer in onnxruntime: token arrays in, last hidden state out."""
+
+    def __init__(self, path: Path, model: str) -> None:
+        try:
+            import onnxruntime as ort
+        except ImportError as err:
+            raise _unavailable(model, "run (onnxruntime is not installed)", err) from err
+        options = ort.SessionOptions()
+        options.log_severity_level = 3
+        try:
+            self._session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        except Exception as err:  # a damaged cached file: say where it is
+            raise _unavailable(model, f"open the exported model {path} (delete it to export again) for", err) from err
+        self._inputs = [i.name for i in self._session.get_inputs()]
+
+    def __call__(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
+        return self._session.run(None, {k: feeds[k] for k in self._inputs})[0]
+
+
+class OpenVinoSession:
+    """The exported transformer compiled by OpenVINO for this CPU (compiled blobs cached too)."""
+
+    def __init__(self, path: Path, model: str) -> None:
+        try:
+            import openvino as ov
+        except ImportError as err:
+            raise _unavailable(model, "run (openvino is not installed)", err) from err
+        core = ov.Core()
+        with contextlib.suppress(Exception):  # the blob cache only speeds the next compile
+            core.set_property({"CACHE_DIR": str(path.parent / "openvino-cache")})
+        try:
+            self._compiled = core.compile_model(core.read_model(str(path)), "CPU", {"PERFORMANCE_HINT": "LATENCY"})
+        except Exception as err:  # OpenVINO raises RuntimeError subclasses of its own
+            raise _unavailable(model, f"compile the exported model {path} (delete it to export again) for", err) from err
+        self._inputs = [i.get_any_name() for i in self._compiled.inputs]
+        self._request = self._compiled.create_infer_request()
+
+    def __call__(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
+        result = self._request.infer({k: feeds[k] for k in self._inputs})
+        return np.asarray(result[self._compiled.output(0)])
+
+
+def open_session(runtime: Runtime, model_path: Path, model: str) -> OnnxSession | OpenVinoSession:
+    path = exported_model(model_path, model, runtime.quantize)
+    if runtime.engine == "openvino":
+        return OpenVinoSession(path, model)
+    return OnnxSession(path, model)

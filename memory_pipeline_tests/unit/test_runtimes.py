@@ -1,0 +1,182 @@
+"""The local model's runtimes: torch, ONNX (fp32, int8) and OpenVINO give the same vectors.
+
+The exports are real (torch.onnx.export of the shipped MiniLM, onnxruntime's quantiser) into
+a cache folder of this module; every runtime embeds the same hostile texts and is compared
+with the torch runtime and with ``SentenceTransformer.encode``. Also: batches cut by tokens,
+the runtime in the provider key, the export cached and re-made when the model changes, a
+damaged export reported, and no torch import on the ONNX path once the export exists.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from memory_pipeline.errors import ProviderUnavailable
+from memory_pipeline.providers import runtimes
+from memory_pipeline.providers.local import LocalProvider, default_model_path, token_batches
+from memory_pipeline.providers.runtimes import Runtime
+
+REPO = Path(__file__).resolve().parents[2]
+
+TEXTS = [
+    "which vector database did we choose for the support bot",
+    "hi",
+    "",
+    "Zürich café naïve résumé façade " * 40,  # past the 256-token limit: truncated the same way
+    "数据库备份策略 " * 30,
+    "x_1 = compute(arg, **kw)  # 🚀 https://example.com/a?b=c",
+    "word " * 600,
+    "\t\n  \u200b  ",
+    "The Stripe webhook deliveries got HTTP 502 Bad Gateway on Tuesday.",
+]
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("model-cache")
+    old = os.environ.get("MEMORY_PIPELINE_MODEL_CACHE")
+    os.environ["MEMORY_PIPELINE_MODEL_CACHE"] = str(root)
+    yield root
+    if old is None:
+        os.environ.pop("MEMORY_PIPELINE_MODEL_CACHE", None)
+    else:
+        os.environ["MEMORY_PIPELINE_MODEL_CACHE"] = old
+
+
+@pytest.fixture(scope="module")
+def torch_vectors() -> np.ndarray:
+    return LocalProvider(runtime=Runtime("torch")).embed_documents(TEXTS)
+
+
+def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+
+
+def test_torch_runtime_equals_sentence_transformers(torch_vectors):
+    from sentence_transformers import SentenceTransformer
+
+    ref = SentenceTransformer(str(default_model_path()), device="cpu").encode(TEXTS, batch_size=4, normalize_embeddings=True)
+    assert _cosines(torch_vectors, ref).min() > 0.9999
+
+
+@pytest.mark.parametrize(
+    ("engine", "quantize", "floor"), [("onnx", "none", 0.9999), ("openvino", "none", 0.9999), ("onnx", "int8", 0.94), ("openvino", "int8", 0.94)]
+)
+def test_exported_runtimes_give_the_torch_vectors(cache, torch_vectors, engine, quantize, floor):
+    provider = LocalProvider(runtime=Runtime(engine, quantize))
+    vectors = provider.embed_documents(TEXTS)
+    assert vectors.shape == torch_vectors.shape and vectors.dtype == np.float32
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    assert _cosines(vectors, torch_vectors).min() >= floor
+    # A query embeds like a document of the same text. int8 quantises activations per batch
+    # (one scale for the batch's tensor), so there a text's vector moves a little with its
+    # batch mates: close, not equal (README, local.quantize).
+    query = provider.embed_query(TEXTS[0])
+    if quantize == "none":
+        assert np.allclose(query, vectors[0], atol=1e-5)
+    else:
+        assert float(query @ vectors[0]) >= floor
+
+
+def test_the_runtime_is_part_of_the_provider_key(cache):
+    keys = {r.label: LocalProvider(runtime=r).provider_key for r in runtimes.every_runtime()}
+    assert len(set(keys.values())) == len(keys) == 5
+    # torch keeps the key tables had before runtimes existed.
+    from memory_pipeline.providers.base import stable_key
+
+    assert keys["torch"] == stable_key("local", "all-MiniLM-L6-v2", 384)
+
+
+def test_the_export_is_cached_and_made_again_when_the_model_changes(cache, tmp_path):
+    model = tmp_path / "model"
+    shutil.copytree(default_model_path(), model)
+    first = runtimes.exported_model(model, "copy", "none")
+    stamp = first.stat().st_mtime_ns
+    assert runtimes.exported_model(model, "copy", "none") == first and first.stat().st_mtime_ns == stamp
+    (model / "config.json").write_text((model / "config.json").read_text() + "\n")  # a changed model folder
+    second = runtimes.exported_model(model, "copy", "none")
+    assert second != first and second.is_file()
+    assert not list(second.parent.glob(".export-*"))  # no temporary file left behind
+
+
+def test_a_damaged_export_is_reported_with_its_path(cache, tmp_path):
+    model = tmp_path / "model"
+    shutil.copytree(default_model_path(), model)
+    path = runtimes.exported_model(model, "copy", "none")
+    path.write_bytes(b"not a model")
+    with pytest.raises(ProviderUnavailable, match="delete it to export again") as err:
+        LocalProvider(str(model), runtime=Runtime("onnx")).embed_documents(["x"])
+    assert str(path) in str(err.value)
+
+
+def test_a_model_the_exported_path_cannot_run_is_refused_for_onnx(tmp_path):
+    model = tmp_path / "model"
+    shutil.copytree(default_model_path(), model)
+    modules = json.loads((model / "modules.json").read_text())
+    (model / "modules.json").write_text(json.dumps([*modules, {"idx": 9, "name": "9", "path": "", "type": "sentence_transformers.models.Dense"}]))
+    with pytest.raises(ProviderUnavailable, match="local.runtime onnx needs"):
+        LocalProvider(str(model), runtime=Runtime("onnx"))
+
+
+def test_int8_with_torch_is_refused():
+    with pytest.raises(ValueError, match="int8 needs"):
+        Runtime("torch", "int8")
+
+
+def test_the_onnx_path_imports_no_torch_once_exported(cache):
+    LocalProvider(runtime=Runtime("onnx")).embed_documents(["export first"])
+    code = (
+        "import sys\nfrom memory_pipeline.providers.local import LocalProvider\nfrom memory_pipeline.providers.runtimes import Runtime\n"
+        "v = LocalProvider(runtime=Runtime('onnx')).embed_documents(['hello'])\n"
+        "print(v.shape[1], 'torch' in sys.modules, 'transformers' in sys.modules)\n"
+    )
+    env = os.environ | {"PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300, check=True).stdout.split()
+    assert out == ["384", "False", "False"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    lengths=st.lists(st.integers(min_value=0, max_value=600), max_size=300),
+    budget=st.integers(min_value=64, max_value=20_000),
+    max_count=st.integers(min_value=1, max_value=300),
+)
+def test_token_batches_cover_every_text_once_within_the_budget(lengths, budget, max_count):
+    arr = np.array(lengths, dtype=np.int64)
+    batches = token_batches(arr, budget, max_count)
+    flat = np.concatenate(batches) if batches else np.array([], dtype=np.int64)
+    assert sorted(flat.tolist()) == list(range(len(lengths)))
+    for batch in batches:
+        assert 1 <= len(batch) <= max_count
+        # padded tokens within the budget, unless one text alone is over it
+        assert len(batch) * max(int(arr[batch].max()), 1) <= budget or len(batch) == 1
+    # longest first: each batch's texts are no longer than the previous batch's shortest
+    for prev, cur in zip(batches, batches[1:]):
+        assert arr[cur].max() <= arr[prev].min()
+
+
+def test_short_texts_share_a_batch_and_long_ones_do_not(monkeypatch):
+    calls: list[tuple[int, int]] = []
+    provider = LocalProvider(runtime=Runtime("torch"), batch_tokens=32 * 256)
+    forward, tok = provider._load_direct()
+
+    def counting(feeds):
+        calls.append(feeds["input_ids"].shape)
+        return forward(feeds)
+
+    monkeypatch.setattr(provider, "_direct", (counting, tok))
+    provider.embed_documents(["short note"] * 200)
+    assert len(calls) == 1 and calls[0][0] == 200  # 200 x 4 tokens: one pass
+    calls.clear()
+    provider.embed_documents(["word " * 400] * 64)
+    assert [c[0] for c in calls] == [32, 32] and all(c[1] == 256 for c in calls)
