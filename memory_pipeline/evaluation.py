@@ -295,7 +295,7 @@ def _run_lancedb_rrf(eval_settings: Settings, beir: BeirSet, workdir: Path) -> d
     texts = [f"{beir.corpus[i][0]}\n\n{beir.corpus[i][1]}".strip() for i in ids]
     db = lancedb.connect(str(workdir / "baseline"))
     # A kept folder reuses the baseline table built from the same documents and model.
-    digest = hashlib.sha256(json.dumps([eval_settings.provider, eval_settings.model, ids, texts]).encode()).hexdigest()
+    digest = hashlib.sha256(json.dumps([eval_settings.provider, eval_settings.model, provider.provider_key, ids, texts]).encode()).hexdigest()
     stamp = workdir / "baseline" / "whole_docs.sha256"
     table = None
     if stamp.is_file() and stamp.read_text().strip() == digest:

@@ -83,6 +83,7 @@ def run_index(
             # them: a run's fixed cost (and Dagster's events per partition) is paid for those only.
             wanted = _span(settlement.shards[0], settlement.shards[-1])
             elsewhere = sum(n for s, n in settlement.files_elsewhere.items() if s not in wanted)
+    _warm_model(settings)
     try:
         parts = _run_ranges(settings, force, hooks, wanted)
     except PrimaryFailed:
@@ -95,6 +96,26 @@ def run_index(
         summary = dataclasses.replace(summary, files_seen=summary.files_seen + elsewhere)
     _record_run(settings, summary)
     return summary
+
+
+def _warm_model(settings: Settings) -> None:
+    """Load the embedding model in a background thread while the run discovers, extracts and
+    chunks (the run's provider is the same cached instance, so its first embed finds the model
+    loaded, or waits on the load's lock). Called only when there is work: a no-op run never
+    loads a model. A failure here is ignored: the run's own first use reports it."""
+    import threading
+
+    from memory_pipeline.providers.registry import resolve_provider
+
+    def warm() -> None:
+        try:
+            provider = resolve_provider(settings).provider
+            if provider is not None and hasattr(provider, "warm"):
+                provider.warm()
+        except Exception:  # noqa: BLE001 - reported by the run itself when it embeds
+            pass
+
+    threading.Thread(target=warm, name="memory-model-warm", daemon=True).start()
 
 
 def _run_ranges(settings: Settings, force: bool, hooks: StageHooks, shards: list[str]) -> list[RunSummary]:

@@ -40,6 +40,8 @@ RemoteProvider = Literal["openai", "gemini", "voyage", "mistral", "ollama"]
 FallbackProvider = Literal["local", "openai", "gemini", "voyage", "mistral", "ollama"]
 Fusion = Literal["weighted", "rrf"]
 AnnIndexType = Literal["IVF_HNSW_SQ", "IVF_PQ", "IVF_FLAT"]
+LocalRuntime = Literal["torch", "onnx", "openvino"]
+LocalQuantize = Literal["none", "int8"]
 MediaType = Literal["image", "audio", "video", "pdf", "document"]
 
 KNOWN_PROVIDERS: tuple[str, ...] = typing.get_args(Provider)
@@ -165,6 +167,30 @@ class QueryConfig:
         if self.vector_weight + self.text_weight == 0:
             raise _bad("and query.text_weight must not both be 0", sub=("vector_weight",))
         return self
+
+
+@dataclass(frozen=True, config=_MODEL)
+class LocalConfig:
+    """How the local model runs: the engine, its weights' precision and the batch size in tokens.
+
+    The runtime is part of the table's identity: changing it builds a new table generation.
+    """
+
+    runtime: LocalRuntime = "onnx"  # torch | onnx | openvino (ONNX/OpenVINO exported once, cached)
+    quantize: LocalQuantize = "none"  # none | int8 (onnx or openvino only)
+    batch_tokens: Annotated[int, Strict(), Field(ge=64, le=1_048_576)] | None = None  # padded tokens per batch; default 32 x the model limit
+
+    @model_validator(mode="after")
+    def _int8_engine(self) -> LocalConfig:
+        if self.runtime == "torch" and self.quantize != "none":
+            raise _bad("int8 needs local.runtime onnx or openvino", sub=("quantize",))
+        return self
+
+    @property
+    def engine(self):
+        from memory_pipeline.providers.runtimes import Runtime
+
+        return Runtime(self.runtime, self.quantize)
 
 
 @dataclass(frozen=True, config=_MODEL)
@@ -348,6 +374,7 @@ class Settings:
     dims: Annotated[int, Strict(), Field(ge=1, le=16384)] | None = None  # output size for models that offer a choice
     fallback: FallbackProvider | None = None  # the provider used when the primary cannot start or fails permanently
     remote: RemoteConfig = field(default_factory=RemoteConfig)
+    local: LocalConfig = field(default_factory=LocalConfig)
     chunking: ChunkingConfig = field(default_factory=ChunkingConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)
     query: QueryConfig = field(default_factory=QueryConfig)
@@ -362,7 +389,7 @@ class Settings:
 
     _data_dir = field_validator("data_dir", mode="before")(_path)
 
-    @field_validator("remote", "chunking", "cache", "query", "limits", "checks", "service", "multimodal", "ann", "fts", mode="before")
+    @field_validator("remote", "local", "chunking", "cache", "query", "limits", "checks", "service", "multimodal", "ann", "fts", mode="before")
     @classmethod
     def _null_section(cls, value: Any) -> Any:
         return {} if value is None else value

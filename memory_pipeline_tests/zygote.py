@@ -45,6 +45,8 @@ PRELOAD = (
     "torch",
     "transformers",
     "sentence_transformers",
+    "onnxruntime",
+    "tokenizers",
     "dagster",
     "lancedb",
     "polars",

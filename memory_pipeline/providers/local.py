@@ -9,6 +9,13 @@ Normalize) run through ``transformers`` directly with the same math as
 sentence-transformers (same tokenizer, truncation, pooling; tested equal); this
 skips importing sentence-transformers and scikit-learn, seconds at every start.
 Any other stack is loaded with ``SentenceTransformer``.
+
+The direct path runs on one of three runtimes (``local.runtime`` in the config, see
+:mod:`memory_pipeline.providers.runtimes`): torch, or the same weights exported to ONNX and
+run by onnxruntime or OpenVINO, optionally int8. The runtime is part of the provider key, so
+vectors of different runtimes never share a table. Texts are tokenized once, sorted by
+length and cut into batches by padded tokens (``local.batch_tokens``), not by count: a batch
+of chunks at the model's limit holds as many tokens as a batch of short ones.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import numpy as np
 
 from memory_pipeline.errors import ProviderUnavailable
 from memory_pipeline.providers.base import normalize_vectors, stable_key
+from memory_pipeline.providers.runtimes import Runtime, open_session
 
 DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
 
@@ -51,7 +59,7 @@ class LocalProvider:
     name = "local"
     supports_multimodal = False
 
-    def __init__(self, model: str | None = None, batch_size: int = 32) -> None:
+    def __init__(self, model: str | None = None, batch_size: int = 32, runtime: Runtime | None = None, batch_tokens: int | None = None) -> None:
         if model in (None, "", DEFAULT_MODEL_NAME, f"sentence-transformers/{DEFAULT_MODEL_NAME}"):
             path = default_model_path()
             if path is None:
@@ -72,12 +80,21 @@ class LocalProvider:
                     hint="set model: to a sentence-transformers model folder on this machine",
                 )
         self.batch_size = batch_size
+        self.runtime = runtime or Runtime()
         self._st = None
         self._direct = None  # (model, tokenizer, pooling) when the stack allows the direct path
         self._tokenizer: Any = None  # tokenizers.Tokenizer, else the model's own (transformers) tokenizer
         self._lock = threading.Lock()
         self._config = self._read_config()
         self._pooling = self._direct_pooling()
+        # Padded tokens per forward pass: by default what batch_size texts at the limit hold.
+        self.batch_tokens = batch_tokens or batch_size * self.max_input_tokens
+        if self.runtime.engine != "torch" and self._pooling is None:
+            raise ProviderUnavailable(
+                f"local.runtime {self.runtime.label} needs a Transformer → Pooling (mean or CLS) model with a tokenizer.json; {self.model} is not one",
+                provider="local",
+                hint="set local.runtime: torch",
+            )
 
     def _read_config(self) -> dict:
         import json
@@ -125,48 +142,73 @@ class LocalProvider:
         return self._load_st()
 
     def _load_direct(self):
+        """(forward, tokenizer): forward maps numpy token arrays to the last hidden state."""
         with self._lock:
             if self._direct is None:
                 _offline_env()
                 try:
-                    import torch
                     from tokenizers import Tokenizer
-                    from transformers import AutoModel
-                    from transformers.utils import logging as hf_logging
-
-                    hf_logging.disable_progress_bar()
                 except ImportError as err:
-                    raise ProviderUnavailable("torch/transformers are not installed", provider="local") from err
-                try:
-                    model = AutoModel.from_pretrained(str(self.model_path))
-                except Exception as err:  # the library raises many types for a broken model folder
-                    raise ProviderUnavailable(f"cannot load local model {self.model}: {err}", provider="local") from err
-                model.eval()
+                    raise ProviderUnavailable("the tokenizers package is not installed", provider="local") from err
+                forward = self._torch_forward() if self.runtime.engine == "torch" else open_session(self.runtime, self.model_path, self.model)
                 tok = Tokenizer.from_file(str(self.model_path / "tokenizer.json"))
                 tok.enable_truncation(max_length=self.max_input_tokens)
-                tok.enable_padding(pad_id=tok.token_to_id("[PAD]") or 0, pad_token="[PAD]")
-                self._direct = (model, tok, torch)
+                tok.no_padding()
+                self._direct = (forward, tok)
             return self._direct
 
+    def _torch_forward(self):
+        try:
+            import torch
+            from transformers import AutoModel
+            from transformers.utils import logging as hf_logging
+
+            hf_logging.disable_progress_bar()
+        except ImportError as err:
+            raise ProviderUnavailable("torch/transformers are not installed", provider="local") from err
+        try:
+            model = AutoModel.from_pretrained(str(self.model_path))
+        except Exception as err:  # the library raises many types for a broken model folder
+            raise ProviderUnavailable(f"cannot load local model {self.model}: {err}", provider="local") from err
+        model.eval()
+
+        def forward(feeds: dict[str, np.ndarray]) -> np.ndarray:
+            with torch.inference_mode():
+                tensors = {k: torch.from_numpy(v) for k, v in feeds.items()}
+                return model(**tensors).last_hidden_state.float().numpy()
+
+        return forward
+
+    def warm(self) -> None:
+        """Load the model now (a run calls this in the background while it discovers files)."""
+        if self._pooling is not None:
+            self._load_direct()
+        else:
+            self._load_st()
+
     def _encode_direct(self, texts: Sequence[str]) -> np.ndarray:
-        model, tok, torch = self._load_direct()
-        # Longest first, like sentence-transformers, so each batch pads little.
-        order = np.argsort([-len(t) for t in texts], kind="stable")
+        forward, tok = self._load_direct()
+        encs = tok.encode_batch(list(texts))
+        lengths = np.fromiter((len(e.ids) for e in encs), dtype=np.int64, count=len(encs))
+        pad_id = tok.token_to_id("[PAD]") or 0
         out = np.zeros((len(texts), self.dims), dtype=np.float32)
-        with torch.inference_mode():
-            for start in range(0, len(texts), self.batch_size):
-                idx = order[start : start + self.batch_size]
-                encs = tok.encode_batch([texts[i] for i in idx])
-                ids = torch.tensor([e.ids for e in encs], dtype=torch.long)
-                mask = torch.tensor([e.attention_mask for e in encs], dtype=torch.long)
-                types = torch.tensor([e.type_ids for e in encs], dtype=torch.long)
-                hidden = model(input_ids=ids, attention_mask=mask, token_type_ids=types).last_hidden_state
-                if self._pooling == "cls":
-                    pooled = hidden[:, 0]
-                else:
-                    m = mask.unsqueeze(-1).to(hidden.dtype)
-                    pooled = (hidden * m).sum(1) / m.sum(1).clamp(min=1e-9)
-                out[idx] = pooled.float().numpy()
+        for idx in token_batches(lengths, self.batch_tokens, max(self.batch_size, 1) * 8):
+            width = max(int(lengths[idx].max()), 1)
+            ids = np.full((len(idx), width), pad_id, dtype=np.int64)
+            mask = np.zeros((len(idx), width), dtype=np.int64)
+            types = np.zeros((len(idx), width), dtype=np.int64)
+            for row, i in enumerate(idx):
+                n = int(lengths[i])
+                ids[row, :n] = encs[i].ids
+                mask[row, :n] = 1
+                types[row, :n] = encs[i].type_ids
+            hidden = forward({"input_ids": ids, "attention_mask": mask, "token_type_ids": types})
+            if self._pooling == "cls":
+                pooled = hidden[:, 0]
+            else:
+                m = mask[..., None].astype(hidden.dtype)
+                pooled = (hidden * m).sum(1) / np.clip(m.sum(1), 1e-9, None)
+            out[idx] = pooled
         return out
 
     def _load_st(self):
@@ -234,7 +276,10 @@ class LocalProvider:
 
     @property
     def provider_key(self) -> str:
-        return stable_key("local", self.model, self.dims)
+        # torch keeps the key it always had (tables built before runtimes existed stay valid).
+        if self.runtime.engine == "torch":
+            return stable_key("local", self.model, self.dims)
+        return stable_key("local", self.model, self.dims, self.runtime.label)
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         if not texts:
@@ -255,3 +300,17 @@ class LocalProvider:
 
     def embed_query(self, text: str) -> np.ndarray:
         return self.embed_documents([text])[0]
+
+
+def token_batches(lengths: np.ndarray, budget: int, max_count: int) -> list[np.ndarray]:
+    """Indexes cut into batches, longest first, each holding at most ``budget`` padded tokens
+    (count × its longest text) and ``max_count`` texts; a text over the budget goes alone."""
+    order = np.argsort(-lengths, kind="stable")
+    batches: list[np.ndarray] = []
+    start = 0
+    while start < len(order):
+        width = max(int(lengths[order[start]]), 1)  # the longest of the batch: sorted, so its first
+        count = max(1, min(max_count, budget // width, len(order) - start))
+        batches.append(order[start : start + count])
+        start += count
+    return batches

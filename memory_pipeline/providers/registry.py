@@ -23,6 +23,7 @@ from pathlib import Path
 
 from memory_pipeline.errors import ConfigError, ProviderError, ProviderUnavailable
 from memory_pipeline.providers.base import EmbeddingProvider
+from memory_pipeline.providers.runtimes import Runtime
 from memory_pipeline.settings import REMOTE_PROVIDERS, Settings
 
 AUTO_ORDER = ("openai", "gemini", "voyage", "mistral")
@@ -61,12 +62,16 @@ def provider_class(name: str) -> type:
         raise ProviderUnavailable(f"{name}: its SDK is not installed ({err.name})", provider=name, hint="run make run") from err
 
 
-def _local(model: str | None) -> EmbeddingProvider:
+def _local(model: str | None, settings: Settings | None = None, runtime: Runtime | None = None) -> EmbeddingProvider:
+    """The local model with the configured runtime (``runtime`` overrides it: an older table's)."""
     from memory_pipeline.providers.local import LocalProvider
+    from memory_pipeline.settings import LocalConfig
 
-    key = ("local", model)
+    local = settings.local if settings is not None else LocalConfig()
+    runtime = runtime or local.engine
+    key = ("local", model, runtime, local.batch_tokens)
     if key not in _CACHE:
-        _CACHE[key] = LocalProvider(model)
+        _CACHE[key] = LocalProvider(model, runtime=runtime, batch_tokens=local.batch_tokens)
     return _CACHE[key]
 
 
@@ -76,7 +81,7 @@ def build_provider(name: str, settings: Settings, *, primary: bool = True, model
         model = settings.model if model is None else model
         dims = settings.dims if dims is None else dims
     if name == "local":
-        return _local(model)
+        return _local(model, settings)
     if name not in REMOTE_PROVIDERS:
         raise ConfigError(f"unknown provider {name!r}", key="provider")
     cls = provider_class(name)
@@ -92,7 +97,7 @@ def build_provider(name: str, settings: Settings, *, primary: bool = True, model
 def _auto(settings: Settings) -> EmbeddingProvider:
     reasons = []
     try:
-        return _local(settings.model)
+        return _local(settings.model, settings)
     except ProviderUnavailable as err:
         reasons.append(f"local: {err}")
     from memory_pipeline.providers.remote import MissingKey
@@ -145,6 +150,18 @@ def query_provider(settings: Settings, record: dict) -> EmbeddingProvider | None
         return resolved
     name = record.get("provider")
     if not name or name == "none":
+        return None
+    if name == "local":
+        # The runtime is in the key, not in the record: the configured one first, then the others.
+        from memory_pipeline.providers.runtimes import every_runtime
+
+        for runtime in sorted(every_runtime(), key=lambda r: r != settings.local.engine):
+            try:
+                p = _local(record.get("model") or None, settings, runtime)
+            except ProviderError:
+                continue
+            if p.provider_key == record.get("provider_key") or record.get("provider_key") is None:
+                return p
         return None
     for primary in (name == settings.provider, name != settings.provider):
         try:

@@ -116,6 +116,8 @@ def test_config_from_environment_variable(indexed):
         ("sources:\n  - {name: m, path: mem}\nchunking: {tokens: 10}\n", "chunking.tokens"),
         ("sources:\n  - {name: m, path: mem}\nprovider: openai\napi_key: sk-abc123abc123abc123\n", "secret"),
         ("sources:\n  - {name: m, path: mem}\nbogus: 1\n", "unknown setting 'bogus'"),
+        ("sources:\n  - {name: m, path: mem}\nlocal: {runtime: torch, quantize: int8}\n", "int8 needs local.runtime onnx or openvino"),
+        ("sources:\n  - {name: m, path: mem}\nlocal: {runtime: tensorrt}\n", "local.runtime"),
         ("sources: [unclosed\n", "not valid YAML"),
     ],
 )
