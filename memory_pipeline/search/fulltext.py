@@ -106,7 +106,7 @@ class TextLeg:
     # the chunks' (which chunk a result points at) from the chunk column, weighed by their own W.
     chunk_weights: dict[str, float] = field(default_factory=dict)
     doc_level: bool = False
-    _completer: Callable[[str, list[str]], dict[str, float]] | None = None
+    _completer: Callable[..., dict[str, float]] | None = None
 
     @property
     def total(self) -> float:
@@ -121,6 +121,8 @@ class TextLeg:
         if total <= 0:
             return 0.0
         got = self.doc_terms(doc_id)
+        if self.doc_level:  # one exact sum per document (each term's part is at most its W)
+            return min(1.0, sum(got.values()) / total)
         return min(1.0, sum(min(v, self.weights[t]) for t, v in got.items()) / total)
 
     def coverage(self, doc_id: str) -> float:
@@ -143,6 +145,14 @@ class TextLeg:
         if self._completer is None:
             return
         docs = list(dict.fromkeys(doc_ids))
+        if self.doc_level:  # one summed query for the documents not scored yet
+            missing = [d for d in docs if d not in self._docs]
+            for i in range(0, len(missing), 500):
+                part = missing[i : i + 500]
+                got = self._completer(part)
+                for d in part:
+                    self._docs[d] = {SUM_KEY: got[d]} if got.get(d) else {}
+            return
         for term, floor in self.floors.items():
             if floor <= 0:
                 continue
@@ -268,21 +278,28 @@ def doc_text_leg(
     """The full-text leg at document level: documents ranked by BM25 over their whole text
     (``doc_column``, one row per document), each result pointing at its best chunk.
 
-    1. each word and phrase is one BM25 query on ``doc_column`` (the filters apply, the syntax's
-       required/excluded clauses are checked on the chunks below): per document and term, the
-       score BM25 gives the whole document, with document-level statistics;
-    2. a term whose list was cut at ``limit`` is completed for the documents found through other
-       terms (``TextLeg.complete``), so a document's score is its exact BM25 sum;
-    3. the same terms on the chunk column, restricted to those documents and to the syntax's
-       clauses, find the chunks to show (a document whose chunks none of these lists reached is
-       shown by its first chunk, when it passes the clauses).
+    LanceDB scores a query of several terms (a boolean query whose terms are all optional) as the
+    sum of each term's BM25, so a document's whole-document score over the query is one query:
+
+    1. the query's words and phrases as one such query on ``doc_column`` (the filters apply; the
+       syntax's required/excluded clauses are checked on the chunks below): the best ``limit``
+       documents with their exact BM25 sums;
+    2. each term alone with limit 1, at the same time: the best score any document reaches for
+       it (``W_term``, the denominator of ``TextLeg.strength``);
+    3. a document another leg found (the vector leg) gets its exact sum from one more such
+       query restricted to those documents (``TextLeg.complete``);
+    4. the same query on the chunk column, restricted to the best documents and to the syntax's
+       clauses, finds the chunk to show (a document none of whose chunks it reached is shown by
+       its first chunk, when that passes the clauses).
+
+    Four LanceDB queries plus one per term, the per-term ones concurrent, whatever the length of
+    the query: the per-term lists of earlier versions cost three queries per term.
 
     Queries of prefixes only have no BM25 term: ``text_leg`` answers those.
     """
     leg = TextLeg(doc_level=True)
     absent_weight = math.log(1.0 + (max(total_docs, 1) + 0.5) / 0.5)
-    cols = columns + ["_score"]
-    from lancedb.query import MatchQuery, PhraseQuery
+    from lancedb.query import BooleanQuery, MatchQuery, Occur, PhraseQuery
 
     phrases_ok = phrase_ready(table, column) and phrase_ready(table, doc_column)
     terms: list[tuple[str, Callable[[str], Any], Callable[[str], bool]]] = []
@@ -295,71 +312,82 @@ def doc_text_leg(
         else:  # no positions in an index: every word must be there; adjacency is checked on the chunk's text
             make = lambda col, t=term.text: MatchQuery(t, col, operator="AND")  # noqa: E731  # pyright: ignore[reportCallIssue] - see above
         terms.append(('"' + term.text + '"', make, term.matches))
+    if not terms:
+        return leg
+
+    def summed(col: str) -> Any:
+        """Every term, each optional: LanceDB's score is the sum of the terms' BM25."""
+        if len(terms) == 1:
+            return terms[0][1](col)
+        return BooleanQuery([(Occur.SHOULD, make(col)) for _, make, _ in terms])  # pyright: ignore[reportCallIssue] - see above
 
     def restricted(extra: str, docs: list[str]) -> str:
         return " AND ".join(f"({w})" for w in (extra, f"doc_id IN ({_sql_list(docs)})") if w)
 
-    first_rows: dict[str, dict] = {}
-    for key, make, test in terms:
-        rows = fts_rows(table, make(doc_column), column=doc_column, where=where, limit=limit, columns=cols)
-        scores = [float(r.get("_score") or 0.0) for r in rows]
-        leg.presence[key] = test
-        leg.weights[key] = max(scores, default=0.0) or absent_weight
-        leg.floors[key] = min(scores, default=0.0) if len(rows) >= limit else 0.0
-        for row, score in zip(rows, scores):
-            row.pop("_score", None)
-            leg._docs.setdefault(row["doc_id"], {})[key] = score
-            first_rows.setdefault(row["doc_id"], row)
-    makers = {key: make for key, make, _ in terms}
+    def best_of(make: Callable[[str], Any]) -> float:
+        rows = fts_rows(table, make(doc_column), column=doc_column, where=where, limit=1, columns=["doc_id", "_score"])
+        return max((float(r.get("_score") or 0.0) for r in rows), default=0.0)
 
-    def completer(key: str, docs: list[str]) -> dict[str, float]:
-        rows = fts_rows(table, makers[key](doc_column), column=doc_column, where=restricted(where or "", docs), limit=len(docs), columns=["doc_id", "_score"])
-        return {r["doc_id"]: float(r.get("_score") or 0.0) for r in rows}
+    pool = _term_pool()
+    best = {key: pool.submit(best_of, make) for key, make, _ in terms} if len(terms) > 1 else {}
+    rows = fts_rows(table, summed(doc_column), column=doc_column, where=where, limit=limit, columns=columns + ["_score"])
+    first_rows: dict[str, dict] = {}
+    for row in rows:
+        score = float(row.pop("_score", 0.0) or 0.0)
+        leg._docs[row["doc_id"]] = {SUM_KEY: score}
+        first_rows.setdefault(row["doc_id"], row)
+    for key, _, test in terms:
+        leg.presence[key] = test
+        w = best[key].result() if key in best else max((d[SUM_KEY] for d in leg._docs.values()), default=0.0)
+        leg.weights[key] = w or absent_weight
+
+    def completer(docs: list[str]) -> dict[str, float]:
+        got = fts_rows(table, summed(doc_column), column=doc_column, where=restricted(where or "", docs), limit=len(docs), columns=["doc_id", "_score"])
+        return {r["doc_id"]: float(r.get("_score") or 0.0) for r in got}
 
     leg._completer = completer
-    leg.complete(_contenders(leg, limit))
     # The chunks to show: those of the best ``limit`` documents (the others rank below any result asked for).
-    docs = sorted(leg._docs, key=lambda d: -sum(leg._docs[d].values()))[:limit]
+    docs = sorted(leg._docs, key=lambda d: -leg._docs[d][SUM_KEY])[:limit]
     if not docs:
         return leg
     constraint = parsed.sql_filter(column)
     shown: set[str] = set()
-    for key, make, _ in terms:
-        for i in range(0, len(docs), 1000):
-            part = docs[i : i + 1000]
-            scope = restricted(" AND ".join(f"({w})" for w in (where, constraint) if w), part)
-            try:
-                rows = fts_rows(table, make(column), column=column, where=scope, limit=limit, columns=cols)
-            except SearchError:
-                if constraint is None:
-                    raise
-                rows = fts_rows(table, make(column), column=column, where=restricted(where or "", part), limit=limit, columns=cols)
-            rows = [r for r in rows if parsed.accepts(folded_text(r))]
-            best = max((float(r.get("_score") or 0.0) for r in rows), default=0.0)
-            leg.chunk_weights[key] = max(leg.chunk_weights.get(key, 0.0), best)
-            for row in rows:
-                score = float(row.pop("_score", 0.0) or 0.0)
-                leg.rows.setdefault(row["chunk_id"], row)
-                leg.chunk_terms.setdefault(row["chunk_id"], {})[key] = score
-                shown.add(row["doc_id"])
+    for i in range(0, len(docs), 1000):
+        part = docs[i : i + 1000]
+        scope = restricted(" AND ".join(f"({w})" for w in (where, constraint) if w), part)
+        try:
+            found = fts_rows(table, summed(column), column=column, where=scope, limit=2 * limit, columns=columns + ["_score"])
+        except SearchError:
+            if constraint is None:
+                raise
+            found = fts_rows(table, summed(column), column=column, where=restricted(where or "", part), limit=2 * limit, columns=columns + ["_score"])
+        found = [r for r in found if parsed.accepts(folded_text(r))]
+        top = max((float(r.get("_score") or 0.0) for r in found), default=0.0)
+        leg.chunk_weights[SUM_KEY] = max(leg.chunk_weights.get(SUM_KEY, 0.0), top)
+        for row in found:
+            score = float(row.pop("_score", 0.0) or 0.0)
+            leg.rows.setdefault(row["chunk_id"], row)
+            leg.chunk_terms.setdefault(row["chunk_id"], {})[SUM_KEY] = score
+            shown.add(row["doc_id"])
     for d, row in first_rows.items():
         if d not in shown and parsed.accepts(folded_text(row)):
             leg.rows.setdefault(row["chunk_id"], row)
     return leg
 
 
-def _contenders(leg: TextLeg, limit: int) -> list[str]:
-    """The documents whose exact score could still place them among the best ``limit``: a term
-    missing from a document's partial sum adds at most its list's cut score, so a document whose
-    partial sum plus those cuts stays below the ``limit``-th partial sum cannot get in (the
-    threshold algorithm of Fagin et al.); only these are completed."""
-    cut = {t: f for t, f in leg.floors.items() if f > 0}
-    if not cut:
-        return []
-    partial = {d: sum(terms.values()) for d, terms in leg._docs.items()}
-    ranked = sorted(partial.values(), reverse=True)
-    threshold = ranked[limit - 1] if len(ranked) >= limit else 0.0
-    return [d for d, p in partial.items() if p + sum(f for t, f in cut.items() if t not in leg._docs[d]) >= threshold]
+# A document-level leg keeps one summed score per document and chunk under this key.
+SUM_KEY = "\0sum"
+_POOL: Any = None
+
+
+def _term_pool() -> Any:
+    """Threads for the per-term queries (LanceDB releases the GIL while it searches)."""
+    global _POOL
+    if _POOL is None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="memory-fts-term")
+    return _POOL
 
 
 def _sql_list(values: Iterable[str]) -> str:
