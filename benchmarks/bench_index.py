@@ -137,13 +137,13 @@ out, cfg = sys.argv[1], sys.argv[2]
 from memory_pipeline.cli import main
 rc = main(["index", "--config", cfg, "--json"])
 from memory_pipeline.providers import registry
-loaded = [p for p in registry._CACHE.values() if getattr(p, "_st", None) is not None]
+loaded = [p for p in registry._CACHE.values() if getattr(p, "_st", None) is not None or getattr(p, "_direct", None) is not None]
 with open(out, "w") as fh:
     json.dump({
         "rc": rc,
         "model_loaded": bool(loaded),
         "providers_resolved": len(registry._CACHE),
-        "modules": {m: m in sys.modules for m in ("torch", "sentence_transformers", "transformers")},
+        "modules": {m: m in sys.modules for m in ("torch", "sentence_transformers", "transformers", "onnxruntime", "openvino")},
     }, fh)
 sys.exit(rc)
 """

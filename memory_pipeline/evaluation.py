@@ -168,11 +168,12 @@ def score_rankings(rankings: dict[str, list[str]], qrels: dict[str, dict[str, in
 
 
 def _eval_config(settings: Settings, workdir: Path) -> Path:
-    """A config for the temporary index: the user's provider, model, chunking and search knobs."""
+    """A config for the temporary index: the user's provider, model, local runtime, chunking and search knobs."""
     cfg = {
         "data_dir": str(workdir / "index"),
         "sources": [{"name": _SOURCE, "path": str(workdir / "docs"), "include": ["**/*.txt"]}],
         "provider": settings.provider,
+        "local": asdict(settings.local),
         "chunking": asdict(settings.chunking),
         "cache": asdict(settings.cache),
         "query": asdict(settings.query),

@@ -180,3 +180,17 @@ def test_short_texts_share_a_batch_and_long_ones_do_not(monkeypatch):
     calls.clear()
     provider.embed_documents(["word " * 400] * 64)
     assert [c[0] for c in calls] == [32, 32] and all(c[1] == 256 for c in calls)
+
+
+def test_eval_indexes_with_the_configured_runtime(tmp_path):
+    """`memory eval` builds its index with the user's local runtime (a comparison of runtimes
+    through eval compares what it says)."""
+    import yaml
+
+    from memory_pipeline.evaluation import _eval_config
+    from memory_pipeline.settings import LocalConfig, Settings, load_settings
+
+    settings = Settings(data_dir=tmp_path / "index", sources=(), provider="local", local=LocalConfig(runtime="openvino", quantize="int8", batch_tokens=4096))
+    path = _eval_config(settings, tmp_path)
+    assert yaml.safe_load(path.read_text())["local"] == {"runtime": "openvino", "quantize": "int8", "batch_tokens": 4096}
+    assert load_settings(path).local == settings.local
