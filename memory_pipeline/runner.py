@@ -107,15 +107,15 @@ def _warm_model(settings: Settings) -> None:
 
     from memory_pipeline.providers.registry import resolve_provider
 
-    def warm() -> None:
+    def load() -> None:
         try:
-            provider = resolve_provider(settings).provider
-            if provider is not None and hasattr(provider, "warm"):
-                provider.warm()
+            warm = getattr(resolve_provider(settings).provider, "warm", None)  # the local model has one
+            if warm is not None:
+                warm()
         except Exception:  # noqa: BLE001 - reported by the run itself when it embeds
             pass
 
-    threading.Thread(target=warm, name="memory-model-warm", daemon=True).start()
+    threading.Thread(target=load, name="memory-model-warm", daemon=True).start()
 
 
 def _run_ranges(settings: Settings, force: bool, hooks: StageHooks, shards: list[str]) -> list[RunSummary]:

