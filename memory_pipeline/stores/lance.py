@@ -126,6 +126,17 @@ def _is_conflict(err: Exception) -> bool:
     return "conflict" in text or "retryable" in text or "concurrent" in text
 
 
+# Fragments after which the write stage compacts the table (see ``VectorStore._ensure_fts``).
+COMPACT_AT = 16
+
+
+def _fragment_count(table) -> int:
+    try:
+        return int((table.stats().get("fragment_stats") or {}).get("num_fragments") or 0)
+    except (AttributeError, TypeError, ValueError, RuntimeError, OSError):  # older lancedb: no stats
+        return 0
+
+
 def _with_conflict_retry(table, action, what: str):
     """Run ``action()``; on a commit conflict with another writer, back off, reload, try again."""
     for attempt in range(_COMMIT_RETRIES):
@@ -366,6 +377,14 @@ class VectorStore:
                     name=name,
                 )
                 created = True
+        # Every commit adds a fragment, and a query opens each one: a table written by many small
+        # runs (or shards) answers several times slower than the same rows in one fragment. Once
+        # COMPACT_AT fragments have piled up they are merged (and the indices updated) in one
+        # optimize: the table is rewritten once per COMPACT_AT runs at most, not once per run.
+        fragments = _fragment_count(table)
+        if fragments >= COMPACT_AT:
+            table.optimize()
+            return {"fts": "created" if created else "optimized", "compacted_fragments": fragments}
         # Rows replaced since an index was built are scanned, not indexed: fold them in once many are.
         unindexed = 0
         for column in (FTS_COLUMN, DOC_FTS_COLUMN):
