@@ -291,3 +291,37 @@ def test_search_result_schema_is_the_dataclass(server):
     assert list(schema["properties"]) == names and sorted(schema["required"]) == sorted(names)
     hit = server.http.post("/api/memory/search", json={"query": "standup room"}).json()["results"][0]
     assert list(hit) == names
+
+
+def test_search_files_options_any_json_is_a_result_or_a_named_422(server, tmp_path):
+    """The multipart route's ``options`` is JSON the schema cannot type: any object of any
+    option names and values (hypothesis-built) gets a 200 with results of the documented
+    shape, or a 422 naming the field, never a 5xx."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    keys = ["query", "max_results", "min_score", "mode", "fusion", "source", "path", "types", "modality", "since", "until",
+            "mmr", "mmr_lambda", "recency_half_life_days", "retrieval_mode", "render", "unknown_knob"]  # fmt: skip
+    scalars = st.one_of(st.none(), st.booleans(), st.integers(-10**12, 10**12), st.floats(allow_nan=False), st.text(max_size=30),
+                        st.sampled_from(["hybrid", "fts", "vector", "rrf", "auto", "text", "native", "plain", "2026-11-12", "image", "mem"]))  # fmt: skip
+    values = st.one_of(scalars, st.lists(scalars, max_size=3))
+    from memory_pipeline_tests import sample_media as sm
+
+    image = sm.text_image(tmp_path / "q.png", ["standup room"]).read_bytes()  # OCRed once per request
+
+    seen: set[int] = set()
+
+    @given(options=st.dictionaries(st.sampled_from(keys), values, max_size=6))
+    @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    def check(options):
+        resp = server.http.post("/api/memory/search/files", files={"image": ("q.png", image, "image/png")}, data={"options": json.dumps(options)})
+        seen.add(resp.status_code)
+        assert resp.status_code in (200, 422), (options, resp.status_code, resp.text)
+        body = resp.json()
+        if resp.status_code == 422:
+            assert body.get("field") and "Traceback" not in resp.text, (options, body)
+        else:
+            assert isinstance(body["results"], list) and all("path" in r and "score" in r for r in body["results"]), body
+
+    check()
+    assert seen == {200, 422}  # both outcomes were exercised
