@@ -1116,10 +1116,13 @@ class Bench:
             ms = t.get("measured", {})
             if key == "1_throughput" and "encode_only_s" in ms:
                 lines.append(
-                    f"       pipeline {ms['pipeline_wall_s']:.2f}s / encode-only {ms['encode_only_s']:.2f}s = ratio {t['ratio']:.3f}"
+                    f"       {ms['default_runtime']} pipeline {ms['pipeline_wall_s']:.2f}s, encode-only {ms['encode_only_s']:.2f}s: speed-up {t.get('speedup', 0.0):.3f}"
                     f"  ({ms['files']} files, {ms['chunks']} chunks, {ms['tokens_cl100k']} tokens)"
                 )
                 lines.append(f"       encode side: import {ms['encode_import_s']:.2f}s, model load {ms['encode_model_load_s']:.2f}s (not in the ratio)")
+                for label, r in res.get("extra", {}).get("runtimes", {}).items():
+                    if "wall_s" in r:
+                        lines.append(f"       runtime {label}: {r['wall_s']:.2f}s, {r.get('chunks_per_s')} chunks/s, peak RSS {r.get('peak_rss_mb')} MB")
             elif key == "2_noop" and "wall_s" in ms:
                 lines.append(
                     f"       {ms['files']} files: {ms['wall_s']:.2f}s wall, {ms['chunks_embedded']} embedded, "
@@ -1177,7 +1180,7 @@ def main(argv: list[str] | None = None) -> int:
         if only & {"2", "4"}:
             bench.target_noop_and_memory()
         for key in list(bench.targets):
-            if key.split("_", 1)[0] not in only:
+            if key[0] not in only:  # 1b_torch belongs to target 1
                 del bench.targets[key]
     except KeyboardInterrupt:
         crashed = "interrupted"
