@@ -118,7 +118,7 @@ def test_auto_takes_local_first_when_its_model_is_installed(tmp_path, monkeypatc
 
 
 def test_auto_order_by_available_key(tmp_path, monkeypatch):
-    monkeypatch.setattr(registry, "_local", lambda model: (_ for _ in ()).throw(ProviderUnavailable("no model", provider="local")))
+    monkeypatch.setattr(registry, "_local", lambda model, *_a, **_k: (_ for _ in ()).throw(ProviderUnavailable("no model", provider="local")))
     s = settings(tmp_path, provider="auto")
     assert registry.resolve_provider(s).provider is None
     monkeypatch.setenv("MISTRAL_API_KEY", "m")
