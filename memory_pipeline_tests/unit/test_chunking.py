@@ -303,3 +303,51 @@ def test_pieces_of_a_split_long_line_overlap():
     # Without overlap the pieces still concatenate to the line.
     plain = chunk_md(line + "\n", budget=64, overlap=0)
     assert "".join(squash(c.text) for c in plain) == squash(line)
+
+
+# The chunker's output on a fixed corpus, per CHUNKER_REVISION. When a change to chunking.py
+# changes any chunk of any input, this test fails: bump CHUNKER_REVISION (so existing indexes are
+# chunked again instead of mixing old and new chunks) and add the new digest under the new revision.
+CHUNKER_GOLDEN = {"1": "9d752d4d4acf788d", "2": "2b221bcd87fcea40"}
+
+
+def _golden_corpus_digest() -> str:
+    import hashlib
+
+    rng = random.Random(7)
+    docs = ["\n".join(generated_doc(seed, sections=4)) for seed in range(1, 6)]
+    docs.append("# Long\n" + " ".join(sentence(rng, 40, 60) for _ in range(30)) + "\nafter the long line\n")
+    docs.append("```\n# not a heading\n```\n" + "-" * 300 + "\n| a | b |\n|---|---|\n" + "x" * 5000 + "\n")
+    h = hashlib.sha256()
+    for doc in docs:
+        for budget, overlap in BUDGETS:
+            for c in chunk_md(doc, budget=budget, overlap=overlap):
+                h.update(repr((c.index, c.text, c.heading, c.line_start, c.line_end, c.tokens)).encode())
+    session = [Segment(f"**user**: {sentence(rng)}\n**assistant**: {sentence(rng, 30, 90)}", i + 1, i + 1) for i in range(20)]
+    for c in chunk_segments("session", session, budget=64, overlap=16):
+        h.update(repr((c.index, c.text, c.heading, c.line_start, c.line_end)).encode())
+    return h.hexdigest()[:16]
+
+
+def test_chunker_output_is_pinned_to_its_revision():
+    from memory_pipeline.chunking import CHUNKER_REVISION
+
+    digest = _golden_corpus_digest()
+    assert CHUNKER_GOLDEN.get(CHUNKER_REVISION) == digest, (
+        f"the chunker's output changed (digest {digest}): bump CHUNKER_REVISION in chunking.py and add the digest to CHUNKER_GOLDEN under the new revision"
+    )
+
+
+def test_chunker_revision_changes_the_fingerprint_not_the_chunk_ids(monkeypatch):
+    from pathlib import Path
+
+    from memory_pipeline import changes
+    from memory_pipeline.changes import EmbeddingIdentity
+    from memory_pipeline.settings import Settings
+
+    settings = Settings(data_dir=Path("/d"), sources=())
+    ident = EmbeddingIdentity(provider="local", model="m", dims=384, provider_key="local:m", max_input_tokens=256)
+    fp, cid = changes.fingerprint(settings, ident), changes.chunk_id("s", "a.md", "L1-2", "h")
+    monkeypatch.setattr(changes, "CHUNKER_REVISION", "next")
+    assert changes.fingerprint(settings, ident) != fp  # every file is chunked again
+    assert changes.chunk_id("s", "a.md", "L1-2", "h") == cid  # unchanged chunks keep their ids
