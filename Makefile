@@ -101,10 +101,14 @@ bench-quick: venv
 # (the defs/ folder); VIRTUAL_ENV names the environment it runs in as the project's own. `exec` keeps
 # it in make's process group, so Ctrl-C or a SIGTERM to the group stops the webserver, the daemon and
 # the code server together.
+# `dg dev` stops its webserver, daemon and code servers by passing SIGINT on to them. A job started
+# in the background by a non-interactive shell (a script's `make ui &`, a CI step) inherits SIGINT
+# ignored, and then SIGTERM leaves them running: the handler is put back before `dg` starts.
+SIGINT_DEFAULT := import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])
 ui: venv
 	home=$$($(BIN)/python -c "from memory_pipeline.runner import ensure_dagster_home as h; from memory_pipeline.settings import load_settings as s; print(h(s('$(CONFIG)')))") && \
 	DAGSTER_HOME=$$home MEMORY_PIPELINE_CONFIG=$(abspath $(CONFIG)) DAGSTER_DISABLE_TELEMETRY=1 VIRTUAL_ENV=$(abspath $(BIN)/..) \
-		exec $(BIN)/dg dev --host 127.0.0.1 --port $${PORT:-3000}
+		exec $(BIN)/python -c '$(SIGINT_DEFAULT)' $(BIN)/dg dev --host 127.0.0.1 --port $${PORT:-3000}
 
 # The coverage notebook (notebooks/coverage.ipynb) in Jupyter, charts inline, on the index of
 # $(CONFIG), brought up to date first (nothing is embedded again when nothing changed). The kernel is

@@ -190,6 +190,14 @@ def run_json(*args: str, **kwargs) -> dict:
     return json.loads(proc.stdout)
 
 
+def default_sigint() -> None:  # pragma: no cover - runs in the child
+    """A ``preexec_fn`` for servers that stop by passing SIGINT on to their children (dagster dev):
+    a test run started in the background inherits SIGINT ignored, and they would outlive SIGTERM."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def free_port() -> int:
     """A free TCP port on 127.0.0.1."""
     import socket

@@ -192,11 +192,14 @@ def test_backfill_two_partitions_from_the_ui(ui, sample_dir: Path):
 
             # The asset checks' results, on the index_coverage page.
             page.goto(f"{base}/assets/index_coverage?view=checks", wait_until="domcontentloaded")
-            for name in sorted(CHECKS):
-                expect(page.get_by_text(name, exact=True).first).to_be_attached()
-            expect(page.get_by_text("Succeeded", exact=True)).to_have_count(len(CHECKS))
-            expect(page.get_by_text("Passed", exact=True).first).to_be_visible()
-            page.screenshot(path=shots / "04-asset-checks.png", full_page=True)
+            # The page fills in the checks' evaluations after it renders (slowly on a loaded machine).
+            try:
+                for name in sorted(CHECKS):
+                    expect(page.get_by_text(name, exact=True).first).to_be_attached(timeout=60_000)
+                expect(page.get_by_text("Succeeded", exact=True)).to_have_count(len(CHECKS), timeout=60_000)
+                expect(page.get_by_text("Passed", exact=True).first).to_be_visible()
+            finally:
+                page.screenshot(path=shots / "04-asset-checks.png", full_page=True)
         finally:
             browser.close()
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from memory_pipeline_tests.helpers import REPO, free_port, graphql
+from memory_pipeline_tests.helpers import REPO, default_sigint, free_port, graphql
 
 pytestmark = pytest.mark.slow
 
@@ -27,6 +27,7 @@ def test_dagster_dev_serves_the_asset_graph(tmp_path: Path, sample_config: Path)
         [str(dagster), "dev", "-h", "127.0.0.1", "-p", str(port), "-w", "workspace.yaml"],
         cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         start_new_session=True,  # its own process group, so the whole tree can be stopped
+        preexec_fn=default_sigint,
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 180
