@@ -21,16 +21,18 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import importlib
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from memory_pipeline.errors import ProviderUnavailable
+from memory_pipeline.errors import MemoryPipelineError, ProviderUnavailable
 from memory_pipeline.providers.base import stable_key
 
 RUNTIMES = ("torch", "onnx", "openvino")
@@ -119,10 +121,22 @@ def exported_model(model_path: Path, model: str, quantize: str) -> Path:
     return target
 
 
-def _atomic_target(dest: Path) -> Path:
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".export-", suffix=".onnx")
+@contextlib.contextmanager
+def _written_atomically(dest: Path, model: str, what: str):
+    """A temporary path beside ``dest`` for a step to write; renamed onto ``dest`` when the step
+    succeeds, deleted when it fails. A failure other than OSError (the exporter and the quantiser
+    raise many types) is reported as the model being unavailable for ``what``."""
+    fd, name = tempfile.mkstemp(dir=dest.parent, prefix=".export-", suffix=".onnx")
     os.close(fd)
-    return Path(tmp)
+    tmp = Path(name)
+    try:
+        yield tmp
+        os.replace(tmp, dest)
+    except Exception as err:
+        tmp.unlink(missing_ok=True)
+        if isinstance(err, (OSError, MemoryPipelineError)):
+            raise
+        raise _unavailable(model, what, err) from err
 
 
 def _export(model_path: Path, dest: Path, model: str) -> None:
@@ -151,28 +165,20 @@ def _export(model_path: Path, dest: Path, model: str) -> None:
     sample = torch.ones((2, 8), dtype=torch.long)
     axes = {"batch": 0, "tokens": 1}
     dynamic = {name: {axes["batch"]: "batch", axes["tokens"]: "tokens"} for name in (*INPUT_NAMES, "last_hidden_state")}
-    tmp = _atomic_target(dest)
-    try:
-        import warnings
+    import warnings
 
-        with warnings.catch_warnings(), torch.inference_mode(False), torch.no_grad():
-            warnings.simplefilter("ignore")
-            torch.onnx.export(
-                _Hidden(net),
-                (sample, sample, torch.zeros_like(sample)),
-                str(tmp),
-                dynamo=False,
-                input_names=list(INPUT_NAMES),
-                output_names=["last_hidden_state"],
-                dynamic_axes=dynamic,
-                opset_version=17,
-            )
-        os.replace(tmp, dest)
-    except Exception as err:  # torch's exporter raises many types
-        tmp.unlink(missing_ok=True)
-        if isinstance(err, OSError):
-            raise
-        raise _unavailable(model, "export to ONNX", err) from err
+    with _written_atomically(dest, model, "export to ONNX") as tmp, warnings.catch_warnings(), torch.inference_mode(False), torch.no_grad():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            _Hidden(net),
+            (sample, sample, torch.zeros_like(sample)),
+            str(tmp),
+            dynamo=False,
+            input_names=list(INPUT_NAMES),
+            output_names=["last_hidden_state"],
+            dynamic_axes=dynamic,
+            opset_version=17,
+        )
 
 
 def _quantize(src: Path, dest: Path, model: str) -> None:
@@ -182,40 +188,42 @@ def _quantize(src: Path, dest: Path, model: str) -> None:
         from onnxruntime.quantization import QuantType, quantize_dynamic
     except ImportError as err:
         raise _unavailable(model, "quantise", err) from err
-    tmp = _atomic_target(dest)
     quiet = logging.getLogger()
     level = quiet.level
     quiet.setLevel(logging.ERROR)  # its 'consider pre-processing' advice is for image models
     try:
-        # Per-channel int8 MatMul weights, activations quantised at run time: the recipe that
-        # kept MiniLM's vectors closest to fp32 (cosine ≥ 0.98 on every test text).
-        quantize_dynamic(
-            str(src), str(tmp), weight_type=QuantType.QInt8, per_channel=True, op_types_to_quantize=["MatMul"], extra_options={"MatMulConstBOnly": True}
-        )
-        os.replace(tmp, dest)
-    except Exception as err:  # onnx/onnxruntime raise many types
-        tmp.unlink(missing_ok=True)
-        if isinstance(err, OSError):
-            raise
-        raise _unavailable(model, "quantise", err) from err
+        with _written_atomically(dest, model, "quantise") as tmp:
+            # Per-channel int8 MatMul weights, activations quantised at run time: the recipe that
+            # kept MiniLM's vectors closest to fp32 (cosine ≥ 0.98 on every test text).
+            quantize_dynamic(
+                str(src), str(tmp), weight_type=QuantType.QInt8, per_channel=True, op_types_to_quantize=["MatMul"], extra_options={"MatMulConstBOnly": True}
+            )
     finally:
         quiet.setLevel(level)
+
+
+def _engine(module: str, model: str) -> Any:
+    try:
+        return importlib.import_module(module)
+    except ImportError as err:
+        raise _unavailable(model, f"run ({module} is not installed)", err) from err
+
+
+def _loaded(opener: Callable[[], Any], path: Path, model: str, verb: str) -> Any:
+    try:
+        return opener()
+    except Exception as err:  # a damaged cached file (each engine raises its own types): say where it is
+        raise _unavailable(model, f"{verb} the exported model {path} (delete it to export again) for", err) from err
 
 
 class OnnxSession:
     """The exported transformer in onnxruntime: token arrays in, last hidden state out."""
 
     def __init__(self, path: Path, model: str) -> None:
-        try:
-            import onnxruntime as ort
-        except ImportError as err:
-            raise _unavailable(model, "run (onnxruntime is not installed)", err) from err
+        ort = _engine("onnxruntime", model)
         options = ort.SessionOptions()
         options.log_severity_level = 3
-        try:
-            self._session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-        except Exception as err:  # a damaged cached file: say where it is
-            raise _unavailable(model, f"open the exported model {path} (delete it to export again) for", err) from err
+        self._session = _loaded(lambda: ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"]), path, model, "open")
         self._inputs = [i.name for i in self._session.get_inputs()]
 
     def __call__(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
@@ -226,17 +234,11 @@ class OpenVinoSession:
     """The exported transformer compiled by OpenVINO for this CPU (compiled blobs cached too)."""
 
     def __init__(self, path: Path, model: str) -> None:
-        try:
-            import openvino as ov
-        except ImportError as err:
-            raise _unavailable(model, "run (openvino is not installed)", err) from err
+        ov = _engine("openvino", model)
         core = ov.Core()
         with contextlib.suppress(Exception):  # the blob cache only speeds the next compile
             core.set_property({"CACHE_DIR": str(path.parent / "openvino-cache")})
-        try:
-            self._compiled = core.compile_model(core.read_model(str(path)), "CPU", {"PERFORMANCE_HINT": "LATENCY"})
-        except Exception as err:  # OpenVINO raises RuntimeError subclasses of its own
-            raise _unavailable(model, f"compile the exported model {path} (delete it to export again) for", err) from err
+        self._compiled = _loaded(lambda: core.compile_model(core.read_model(str(path)), "CPU", {"PERFORMANCE_HINT": "LATENCY"}), path, model, "compile")
         self._inputs = [i.get_any_name() for i in self._compiled.inputs]
         self._request = self._compiled.create_infer_request()
 
