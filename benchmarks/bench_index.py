@@ -17,6 +17,10 @@ Targets (full scale; issue 15 unless noted):
                fresh `memory index`: <= 15 chunks embedded and <= 5 s wall.
 4. memory      Peak RSS while indexing 1k and 10k long notes (every chunk near the model's
                token limit) <= 1.3 GB for both, and within 5 % of each other.
+5. shard run   (issue 16) One shard of the no-op corpus with nothing to do, run as Dagster runs
+               it outside the CLI (`dagster job execute -j index_job`, a fresh process: definitions
+               loaded, the run on the persistent instance, every step): <= 5 s with the default
+               executor; the multiprocess executor (a process per step) is measured beside it.
 
 The ONNX/OpenVINO exports are made once per model (cached, see providers/runtimes.py); the
 warm-up makes them, untimed, and the one-off export time is measured separately into a
@@ -54,6 +58,7 @@ SEED = 20261130
 SPEEDUP_MIN = 1.5  # default runtime: pipeline chunks/s over encode-only chunks/s
 TORCH_RATIO_MAX = 1.05  # torch runtime: pipeline wall over encode-only wall
 NOOP_MAX_S = 5.0
+SHARD_RUN_MAX_S = 5.0  # issue 16: a shard run with nothing to do
 APPEND_MAX_EMBEDDED = 15
 APPEND_MAX_S = 5.0
 RSS_MAX_MB = 1300.0  # 1.3 GB, decimal (1.3e9 bytes)
@@ -565,6 +570,7 @@ def make_corpus(root: Path, n_files: int, kind: str, seed: int, runtime: str | N
 
 class Bench:
     def __init__(self, args):
+        self.only = {"1", "2", "3", "4", "5"}  # main() sets the targets asked for
         self.args = args
         self.quick = args.quick
         self.sizes = dict(QUICK if args.quick else FULL)
@@ -918,6 +924,40 @@ class Bench:
             tokens += sum(x or 0 for x in t.column("tokens").to_pylist())
         return texts, tokens
 
+    def target_shard_run(self, config: Path) -> None:
+        """Target 5: a shard run with nothing to do, per executor, as fresh `dagster job execute` processes."""
+        t5 = self.targets.setdefault(
+            "5_shard_run",
+            {
+                "description": f"a shard with nothing to do, `dagster job execute -j index_job` as a fresh process: <= {SHARD_RUN_MAX_S}s (default executor)",
+                "threshold": {"wall_s_max": SHARD_RUN_MAX_S},
+            },
+        )
+        home = config.parent / "data" / "dagster"
+        env = {"DAGSTER_HOME": str(home), "MEMORY_PIPELINE_CONFIG": str(config)}
+        cmd = [
+            str(VENV_BIN / "dagster"),
+            "job",
+            "execute",
+            "-m",
+            "memory_pipeline.definitions",
+            "-j",
+            "index_job",
+            "--tags",
+            json.dumps({"dagster/partition": "03"}),
+        ]
+        measured: dict = {"shard": "03"}
+        t5["measured"] = measured
+        try:
+            for executor in ("in_process", "multiprocess"):
+                rec = self.run_measured(f"shard_run_{executor}", cmd, env=env | {"MEMORY_PIPELINE_EXECUTOR": executor})
+                steps = rec["_stderr"].count("STEP_SUCCESS") + rec["_stdout"].count("STEP_SUCCESS")
+                measured[executor] = {"wall_s": rec["wall_s"], "peak_rss_mb": rec["peak_rss_mb"], "steps_succeeded": steps}
+                self.log(f"target 5: no-op shard run, {executor} executor: {rec['wall_s']:.2f}s ({steps} steps)")
+            t5["pass"] = bool(measured["in_process"]["wall_s"] <= SHARD_RUN_MAX_S and measured["in_process"]["steps_succeeded"] >= 6)
+        except Exception as err:  # noqa: BLE001
+            self.fail("5_shard_run", err)
+
     def target_noop_and_memory(self) -> None:
         s = self.sizes
         t2 = self.targets.setdefault(
@@ -989,6 +1029,8 @@ class Bench:
                 self.fail("2_noop", err)
         if self.scale_note():
             t2["note"] = self.scale_note()
+        if big_ok and "5" in self.only:
+            self.target_shard_run(big["config"])
 
         # RSS points: small corpus (and a separate large one when it differs from the no-op corpus)
         try:
@@ -1082,7 +1124,7 @@ class Bench:
 
     def result(self, machine: dict) -> dict:
         runs = [{k: v for k, v in r.items() if not k.startswith("_")} for r in self.runs]
-        order = ["1_throughput", "1b_torch", "2_noop", "3_append", "4_memory"]
+        order = ["1_throughput", "1b_torch", "2_noop", "3_append", "4_memory", "5_shard_run"]
         targets = {k: self.targets[k] for k in order if k in self.targets}
         for t in targets.values():
             t.setdefault("pass", False)
@@ -1154,7 +1196,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(REPO / "benchmarks" / "results.json"), help="JSON results file")
     ap.add_argument("--quick", action="store_true", help="tiny sizes (smoke test, ~2 minutes); not the full targets")
     ap.add_argument("--work-dir", default=str(DEFAULT_WORK), help="where corpora are generated (wiped per corpus)")
-    ap.add_argument("--only", default="1,2,3,4", help="targets to run, e.g. '1,3' (1 and 3 share corpus 1; 2 and 4 share the no-op corpus)")
+    ap.add_argument("--only", default="1,2,3,4,5", help="targets to run, e.g. '1,3' (1 and 3 share corpus 1; 2, 4 and 5 share the no-op corpus)")
     ap.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up process")
     ap.add_argument("--keep", action="store_true", help="keep generated corpora after the run")
     ap.add_argument("--runtimes", default=DEFAULT_RUNTIMES, help="local runtimes indexed on corpus 1 (the default runtime is always added)")
@@ -1177,7 +1219,8 @@ def main(argv: list[str] | None = None) -> int:
             bench.warmup()
         if only & {"1", "3"}:
             bench.target_throughput_and_append()
-        if only & {"2", "4"}:
+        bench.only = only
+        if only & {"2", "4", "5"}:
             bench.target_noop_and_memory()
         for key in list(bench.targets):
             if key[0] not in only:  # 1b_torch belongs to target 1

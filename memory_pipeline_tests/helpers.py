@@ -239,10 +239,43 @@ def materialize(config: Path, instance, **kwargs):
     )
 
 
-def asset_metadata(result, asset: str) -> dict:
-    """The metadata values of ``asset``'s first materialization in ``result``."""
+def partition_metadata(result, asset: str) -> dict[str | None, dict]:
+    """The metadata values of each of ``asset``'s materializations in ``result``, by partition."""
+    out: dict[str | None, dict] = {}
     for event in result.get_asset_materialization_events():
         mat = event.event_specific_data.materialization
         if mat.asset_key.to_user_string() == asset:
-            return {k: getattr(v, "value", v) for k, v in mat.metadata.items()}
-    raise AssertionError(f"{asset} not materialized")
+            out[mat.partition] = {k: getattr(v, "value", v) for k, v in mat.metadata.items()}
+    if not out:
+        raise AssertionError(f"{asset} not materialized")
+    return out
+
+
+def per_partition_keys(asset: str) -> set[str]:
+    """The metadata keys whose values are a partition's own numbers (the run's are their sum)."""
+    from memory_pipeline import stages
+    from memory_pipeline.stages.shards import additive
+
+    counts = {
+        "source_files": stages.DiscoverCounts(),
+        "extracted_content": stages.ExtractCounts(),
+        "memory_chunks": stages.ChunkCounts(),
+        "memory_vectors": stages.WriteStats(),
+    }
+    keys = {"dagster/partition_row_count"}
+    if asset in counts:
+        keys |= set(additive(counts[asset]))
+    if asset == "chunk_embeddings":
+        keys |= {"chunks", "unique", "cached", "embedded"}
+    return keys - {"table_rows"}
+
+
+def asset_metadata(result, asset: str) -> dict:
+    """The metadata of ``asset`` for the whole run: a partition's own numbers summed over the run's
+    partitions (:func:`per_partition_keys`), every other value as the first materialization has it."""
+    parts = list(partition_metadata(result, asset).values())
+    meta = dict(parts[0])
+    if len(parts) > 1:
+        for key in per_partition_keys(asset) & set(meta):
+            meta[key] = sum(p[key] for p in parts)
+    return meta

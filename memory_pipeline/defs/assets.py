@@ -49,6 +49,7 @@ from memory_pipeline.errors import ConfigError, IndexMismatchError, PrimaryFaile
 from memory_pipeline.models import CHUNKS_SCHEMA, DELETIONS_SCHEMA, EXTRACTION_STATUS_SCHEMA, INDEXED_STATE_SCHEMA, MANIFEST_SCHEMA, SEGMENTS_SCHEMA
 from memory_pipeline.providers.pricing import estimate
 from memory_pipeline.stages import RunResults, StageHooks
+from memory_pipeline.stages import shards as shards_of_stage
 from memory_pipeline.stores.analytics import record_usage
 from memory_pipeline.stores.lance import table_schema
 
@@ -90,12 +91,15 @@ def _problems(rows: list[dict], status: str = "failed") -> dg.TableMetadataValue
     return dg.MetadataValue.table(records, schema=PROBLEM_SCHEMA)
 
 
-def _side_file(settings, name: str, shards: list[str]) -> dg.Output:
-    """The (value-less) output of a side-file asset: its schema, rows and where its files are."""
+def _side_file(context: dg.AssetExecutionContext, settings, name: str, shards: list[str]) -> dg.Output:
+    """The (value-less) output of a side-file asset: its schema, rows and where its files are; each
+    partition's own row count on its materialization."""
     data = storage.of(settings)
     asset, suffix = storage.locate(name)
     every = shard_partitions.get_partition_keys()
-    in_run = data.row_count(asset, shards, suffix)
+    own = {shard: {"dagster/partition_row_count": data.row_count(asset, [shard], suffix)} for shard in shards}
+    _partition_numbers(context, name, own)
+    in_run = sum(n["dagster/partition_row_count"] for n in own.values())
     total = in_run if len(shards) == len(every) else data.row_count(asset, every, suffix)
     meta = _table(_SIDE_SCHEMAS[name], row_count=total, partition_row_count=in_run)
     meta["dagster/uri"] = dg.MetadataValue.path(str(data.assets_dir / asset))
@@ -178,15 +182,42 @@ def _stage(retry_transient: bool = False):
     return decorate
 
 
-def _frames(stream: Iterable[tuple[str, Any]], results: RunResults, metadata: Callable[[], Mapping[str, Any]], retry_transient: bool = False) -> ShardFrames:
+def _frames(
+    stream: Iterable[tuple[str, Any]],
+    results: RunResults,
+    metadata: Callable[[], Mapping[str, Any]],
+    retry_transient: bool = False,
+    *,
+    context: dg.AssetExecutionContext,
+    key: str,
+    counts: Any = None,
+    per_shard: dict[str, dict[str, int]] | None = None,
+) -> ShardFrames:
     """A stage's frames as the asset's output. The stage runs as the IO manager consumes them, so its
-    errors are reported there the way the body's are."""
+    errors are reported there the way the body's are.
+
+    Each partition's materialization carries that shard's own numbers: its rows
+    (``dagster/partition_row_count``) and what the shard added to the stage's ``counts``
+    (measured between the frames), or the numbers the stage recorded in ``per_shard``. The
+    output's own metadata keeps the run's totals for the keys no partition overrides.
+    """
+    numbers: dict[str, dict[str, int]] = per_shard if per_shard is not None else {}
+    pairs = shards_of_stage.measured(stream, counts, numbers) if counts is not None else stream
 
     def guarded():
         with _reported(results, retry_transient):
-            yield from stream
+            for shard, frame in pairs:
+                own = {**numbers.get(shard, {}), "dagster/partition_row_count": frame.height}
+                context.add_asset_metadata(own, asset_key=key, partition_key=shard)
+                yield shard, frame
 
     return ShardFrames(guarded(), metadata)
+
+
+def _partition_numbers(context: dg.AssetExecutionContext, key: str, per_shard: Mapping[str, Mapping[str, int]]) -> None:
+    """Each shard's own numbers on its partition's materialization of ``key``."""
+    for shard, numbers in per_shard.items():
+        context.add_asset_metadata(dict(numbers), asset_key=key, partition_key=shard)
 
 
 def _ensure_consumed(frames: ShardFrames, name: str) -> None:
@@ -227,12 +258,12 @@ def source_files(
         return {**{k: dg.MetadataValue.int(v) for k, v in asdict(counts).items()}, "partitions": len(shards), "problems": _problems(bad)}
 
     stream = stages.discover(settings, shards, force=config.force, fp=fingerprint(settings, ident), ident=ident, counts=counts)
-    frames = _frames(stream, run_results, metadata)
+    frames = _frames(stream, run_results, metadata, context=context, key="source_files", counts=counts)
     yield dg.Output(frames, output_name="source_files")
     _ensure_consumed(frames, "source_files")
     for err in bad:
         context.log.warning(f"{err['status']}: {err['path']}: {err['reason']}")
-    yield _side_file(settings, "file_deletions", shards)
+    yield _side_file(context, settings, "file_deletions", shards)
 
 
 @dg.multi_asset(
@@ -264,12 +295,12 @@ def extracted_content(context: dg.AssetExecutionContext, source_files: Frames, m
 
     # The model is loaded only when chunk_embeddings has work: loading it in a thread here was
     # measured slower (its import contends for the GIL with extraction and chunking).
-    frames = _frames(stages.extract_content(settings, source_files, counts), run_results, metadata)
+    frames = _frames(stages.extract_content(settings, source_files, counts), run_results, metadata, context=context, key="extracted_content", counts=counts)
     yield dg.Output(frames, output_name="extracted_content")
     _ensure_consumed(frames, "extracted_content")
     for f in counts.failures:
         context.log.warning(f"extraction failed: {f['path']}: {f['reason']}")
-    yield _side_file(settings, "extraction_status", shards)
+    yield _side_file(context, settings, "extraction_status", shards)
 
 
 @dg.asset(
@@ -310,7 +341,8 @@ def memory_chunks(
             "failures": _problems(counts.failures),
         }
 
-    frames = _frames(stages.make_chunks(settings, source_files, extracted_content, resolved.provider, ident, counts), run_results, metadata)
+    chunks = stages.make_chunks(settings, source_files, extracted_content, resolved.provider, ident, counts)
+    frames = _frames(chunks, run_results, metadata, context=context, key="memory_chunks", counts=counts)
     yield dg.Output(frames)
     _ensure_consumed(frames, "memory_chunks")
     for f in counts.failures:
@@ -340,9 +372,10 @@ def chunk_embeddings(
     resolved = embedder.resolved(settings)
     ident = embedder.identity(settings)
     counts = stages.EmbedCounts()
+    per_shard: dict[str, dict[str, int]] = {}
     try:
         # The vectors are made here; only the per-shard frames are built as they are written.
-        stream = stages.embed_chunks(settings, memory_chunks, resolved.provider, ident, hooks=stage_hooks, counts=counts)
+        stream = stages.embed_chunks(settings, memory_chunks, resolved.provider, ident, hooks=stage_hooks, counts=counts, per_shard=per_shard)
     except ProviderError as err:
         if not settings.fallback or resolved.fallback_from is not None:
             raise
@@ -395,7 +428,7 @@ def chunk_embeddings(
         "retries": int(getattr(resolved.provider, "stats", {}).get("retries", 0)),
         **_batch_metadata(counts),
     }
-    frames = _frames(stream, run_results, lambda: metadata, retry_transient=True)
+    frames = _frames(stream, run_results, lambda: metadata, retry_transient=True, context=context, key="chunk_embeddings", per_shard=per_shard)
     yield dg.Output(frames)
     _ensure_consumed(frames, "chunk_embeddings")
 
@@ -452,7 +485,10 @@ def memory_vectors(
     settings = memory_config.settings()
     ident = embedder.identity(settings)
     shards = list(context.partition_keys)
-    write = functools.partial(stages.write_vectors, settings, ident, manifests=source_files, chunks=memory_chunks, embeddings=chunk_embeddings)
+    per_shard: dict[str, dict[str, int]] = {}
+    write = functools.partial(
+        stages.write_vectors, settings, ident, manifests=source_files, chunks=memory_chunks, embeddings=chunk_embeddings, per_shard=per_shard
+    )
     try:
         stats = write(force=config.force, hooks=stage_hooks)
     except IndexMismatchError:
@@ -462,6 +498,7 @@ def memory_vectors(
         stages.reset_index_state(settings)
         stats = write(recreate=True, force=True, hooks=stage_hooks)
     run_results.write = stats
+    _partition_numbers(context, "memory_vectors", per_shard)
     maintenance = {}
     if context.run.tags.get(MAINTENANCE_TAG) == "true":
         from memory_pipeline.stores import generations
@@ -479,7 +516,7 @@ def memory_vectors(
             "uri": storage.of(settings).lancedb_uri,
         },
     )
-    yield _side_file(settings, "indexed_state", shards)
+    yield _side_file(context, settings, "indexed_state", shards)
 
 
 @dg.asset(

@@ -58,12 +58,18 @@ def embed_chunks(
     ident: EmbeddingIdentity,
     hooks: StageHooks = NO_HOOKS,
     counts: EmbedCounts | None = None,
+    per_shard: dict[str, dict[str, int]] | None = None,
 ) -> Iterator[tuple[str, pl.DataFrame]]:
     """Vectors for every chunk of the changed files (cache first, then the provider, corpus-wide), made now;
-    returns ``(shard, content_hash + vector)`` per shard of ``chunks``, built as it is consumed."""
+    returns ``(shard, content_hash + vector)`` per shard of ``chunks``, built as it is consumed.
+
+    ``per_shard``: filled in with each shard's own numbers as its frame is built (chunks, unique
+    texts, and of those how many came from the cache and how many were embedded by this run; a
+    text two shards share counts in both)."""
     data = storage.of(settings)
     counts = counts if counts is not None else EmbedCounts()
     counts.dims = ident.dims
+    per_shard = per_shard if per_shard is not None else {}
     if provider is None:
         # Full-text only: empty one-dimensional frames (the chunks are not even read), so the graph stays whole.
         return ((s, _frame([], np.zeros((0, 1), np.float32), 1)) for s in chunks)
@@ -85,17 +91,23 @@ def embed_chunks(
     vectors: dict[str, np.ndarray] = {}
     cache = EmbeddingCache(data.cache_path, settings.cache.max_entries) if settings.cache.enabled else None
     try:
-        _embed(settings, provider, ident, hooks, texts, tokens, shards_of, media, cache, vectors, counts)
+        cached = _embed(settings, provider, ident, hooks, texts, tokens, shards_of, media, cache, vectors, counts)
     finally:
         if cache is not None:
             cache.close()
-    return _frames(chunks, vectors, ident.dims)
+    return _frames(chunks, vectors, ident.dims, cached, per_shard)
 
 
-def _frames(chunks: Mapping[str, pl.DataFrame], vectors: dict[str, np.ndarray], dims: int) -> Iterator[tuple[str, pl.DataFrame]]:
+def _frames(
+    chunks: Mapping[str, pl.DataFrame], vectors: dict[str, np.ndarray], dims: int, cached: set[str], per_shard: dict[str, dict[str, int]]
+) -> Iterator[tuple[str, pl.DataFrame]]:
     for s in chunks:
+        column = chunks[s].get_column("content_hash")
+        unique = set(column.to_list())
         # Chunks still in a running batch job get no vector yet: their files wait (memory_vectors skips them).
-        hashes = sorted(h for h in set(chunks[s].get_column("content_hash").to_list()) if h in vectors)
+        hashes = sorted(h for h in unique if h in vectors)
+        from_cache = sum(1 for h in hashes if h in cached)
+        per_shard[s] = {"chunks": len(column), "unique": len(unique), "cached": from_cache, "embedded": len(hashes) - from_cache}
         arr = np.stack([vectors[h] for h in hashes]).astype(np.float32) if hashes else np.zeros((0, dims), np.float32)
         yield s, _frame(hashes, arr, dims)
 
@@ -109,11 +121,14 @@ def _frame(hashes: list[str], arr: np.ndarray, dims: int) -> pl.DataFrame:
     return frame
 
 
-def _embed(settings, provider, ident, hooks, texts, tokens, shards_of, media, cache, vectors, counts: EmbedCounts) -> None:
+def _embed(settings, provider, ident, hooks, texts, tokens, shards_of, media, cache, vectors, counts: EmbedCounts) -> set[str]:
+    """Fill ``vectors`` for ``texts``: the cache first, then native media, the batch API, live
+    requests. Returns the content hashes whose vectors came from the cache."""
     keys = {h: cache_key(ident.provider, ident.model, ident.provider_key, ident.dims, h) for h in texts}
     if cache is not None and keys:
         hits = cache.get_many(list(keys.values()), ident.dims)
         vectors.update((h, hits[k]) for h, k in keys.items() if k in hits)
+    cached = set(vectors)
     counts.cached = len(vectors)
     started = time.perf_counter()
     media_misses = [h for h in texts if h not in vectors and h in media]
@@ -173,6 +188,7 @@ def _embed(settings, provider, ident, hooks, texts, tokens, shards_of, media, ca
         counts.embedded += counts.batched
     if cache is not None and counts.embedded:
         cache.prune()
+    return cached
 
 
 __all__ = ["EmbedCounts", "embed_chunks"]

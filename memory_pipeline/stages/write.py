@@ -32,6 +32,7 @@ from memory_pipeline.models import (
     embeddings_schema,
 )
 from memory_pipeline.settings import Settings
+from memory_pipeline.stages import shards
 from memory_pipeline.stages.hooks import NO_HOOKS, StageHooks
 from memory_pipeline.stores import generations
 from memory_pipeline.stores.lance import DOC_FTS_COLUMN, FTS_COLUMN, VectorStore, document_texts, file_name_words, table_schema
@@ -67,12 +68,14 @@ def write_vectors(
     recreate: bool = False,
     force: bool = False,
     hooks: StageHooks = NO_HOOKS,
+    per_shard: dict[str, dict[str, int]] | None = None,
 ) -> WriteStats:
     """Replace each changed file's rows in one commit, remove deleted files, keep FTS current.
 
     Works through the shards of ``chunks``, one at a time. A forced run replaces its
     shards whole, which also repairs what no per-file write can see (duplicated ids,
-    rows of files the index lost track of).
+    rows of files the index lost track of). ``per_shard``: filled in with what each shard's
+    commit did (files, rows, commits).
     """
     data = storage.of(settings)
     stats = WriteStats()
@@ -83,7 +86,9 @@ def write_vectors(
     store.ensure(ident.dims, ident.meta(), recreate=recreate)
     fp = fingerprint(settings, ident)
     now = datetime.now(UTC)
+    per_shard = per_shard if per_shard is not None else {}
     for done, shard in enumerate(chunks, start=1):
+        before = shards.additive(stats)
         manifest = {r["doc_id"]: r for r in manifests[shard].iter_rows(named=True)}
         # The side records are read where they are (the stages before amended them in place).
         ext_status = data.read("extracted_content", shard, EXTRACTION_STATUS_SCHEMA, ".status").to_pylist()
@@ -118,6 +123,7 @@ def write_vectors(
         for d in replaced:
             state[d] = {"doc_id": d, "sha256": manifest[d]["sha256"], "fingerprint": fp, "chunks": per_doc.get(d, 0)}
         data.write_rows(sorted(state.values(), key=lambda r: r["doc_id"]), INDEXED_STATE_SCHEMA, "memory_vectors", shard, ".state")
+        per_shard[shard] = {k: v for k, v in shards.delta(before, stats).items() if k != "table_rows"}
         progress.report("write", done, len(chunks), "partitions")
     if stats.commits or force:
         stats.fts = store.ensure_fts(settings.fts, rebuild=force).get("fts", "")

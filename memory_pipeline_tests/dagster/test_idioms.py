@@ -3,7 +3,10 @@ standard table metadata after a materialization; problem lists as tables; checks
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -19,7 +22,7 @@ from memory_pipeline.defs.resources import index_resources
 from memory_pipeline.models import CHUNKS_SCHEMA, DELETIONS_SCHEMA, EXTRACTION_STATUS_SCHEMA, INDEXED_STATE_SCHEMA, MANIFEST_SCHEMA, SEGMENTS_SCHEMA
 from memory_pipeline.settings import load_settings
 from memory_pipeline_tests.conftest import SAMPLE, TEXT_ONLY, write_config
-from memory_pipeline_tests.helpers import LOGGERS, REPO, asset_metadata, materialize
+from memory_pipeline_tests.helpers import LOGGERS, REPO, asset_metadata, materialize, partition_metadata, table_rows
 
 ASSETS = ("source_files", "extracted_content", "memory_chunks", "chunk_embeddings", "memory_vectors", "index_coverage")
 # The side files, assets of their own (so lineage shows them), each from its stage's multi_asset.
@@ -152,6 +155,52 @@ def test_every_materialization_reports_row_count_and_column_schema(built):
         assert keys <= set(meta[name]), (name, keys - set(meta[name]))
 
 
+def test_each_partition_reports_its_own_numbers(built):
+    """A run over all 16 shards: every partition's materialization carries that shard's numbers,
+    checked against the shard's own files, Parquet and table rows (not the run's totals on each)."""
+    import collections
+
+    import pyarrow.parquet as pq
+
+    from memory_pipeline.discovery import SHARD_KEYS, shard_of
+
+    config, result = built
+    settings = load_settings(config)
+    mem = config.parent / "mem"
+    files = collections.Counter(shard_of("mem", p.relative_to(mem).as_posix()) for p in mem.rglob("*") if p.is_file())
+    rows = collections.Counter(r["shard"] for r in table_rows(settings.data_dir, columns=("shard",)))
+    assets = settings.data_dir / "assets"
+
+    def parquet_rows(asset: str, shard: str, suffix: str = "") -> int:
+        path = assets / asset / f"{shard}{suffix}.parquet"
+        return pq.ParquetFile(path).metadata.num_rows if path.is_file() else 0
+
+    meta = {name: partition_metadata(result, name) for name in (*ASSETS[:5], *SIDE_ASSETS)}
+    for name in meta:
+        assert set(meta[name]) == set(SHARD_KEYS), name
+    empty = [s for s in SHARD_KEYS if not files[s]]
+    assert empty and len(empty) < len(SHARD_KEYS)  # the sample leaves some shards empty: they must say 0
+    for shard in SHARD_KEYS:
+        src, chunks, emb, vec = (meta[n][shard] for n in ("source_files", "memory_chunks", "chunk_embeddings", "memory_vectors"))
+        assert src["files_seen"] == src["dagster/partition_row_count"] == files[shard], shard
+        assert src["files_changed"] + src["files_unchanged"] + src["files_skipped"] + src["files_failed"] == files[shard], shard
+        assert meta["extracted_content"][shard]["dagster/partition_row_count"] == parquet_rows("extracted_content", shard), shard
+        assert chunks["chunks"] == chunks["dagster/partition_row_count"] == parquet_rows("memory_chunks", shard), shard
+        assert emb["chunks"] == chunks["chunks"] and emb["unique"] == emb["dagster/partition_row_count"] == parquet_rows("chunk_embeddings", shard), shard
+        assert vec["rows_written"] == rows[shard], shard  # a first run: every row of the shard was written by it
+        for side, (asset, suffix) in {
+            "file_deletions": ("source_files", ".deletions"),
+            "extraction_status": ("extracted_content", ".status"),
+            "indexed_state": ("memory_vectors", ".state"),
+        }.items():
+            assert meta[side][shard]["dagster/partition_row_count"] == parquet_rows(asset, suffix=suffix, shard=shard), (side, shard)
+    # Every embedding of this first run was made by it, and the partitions add up to the run.
+    assert sum(m["embedded"] + m["cached"] for m in meta["chunk_embeddings"].values()) == sum(m["unique"] for m in meta["chunk_embeddings"].values())
+    assert sum(m["rows_written"] for m in meta["memory_vectors"].values()) == sum(rows.values())
+    # What stays the run's or the asset's: the whole asset's rows, the same on every partition.
+    assert len({m["dagster/row_count"] for m in meta["memory_chunks"].values()}) == 1
+
+
 def test_problem_lists_are_table_metadata(built):
     _, result = built
     problems = _event_metadata(result, "source_files")["problems"]
@@ -257,3 +306,27 @@ def _shards_of(config: Path) -> set[str]:
 
     data = storage.of(load_settings(config))
     return {p.stem for p in (data.assets_dir / "source_files").glob("*.parquet") if "." not in p.stem}
+
+
+def _executor_of_definitions(env: dict[str, str]) -> subprocess.CompletedProcess:
+    code = (
+        "from memory_pipeline.definitions import defs\n"
+        "import dagster as dg\n"
+        "print(defs.resolve_job_def('index_job').executor_def.name)\n"
+        "print(defs.resolve_implicit_global_asset_job_def().executor_def.name)\n"
+    )
+    return subprocess.run([sys.executable, "-c", code], cwd=REPO, env={**os.environ, **env}, capture_output=True, text=True, timeout=300)
+
+
+def test_runs_execute_their_steps_in_one_process_unless_the_deployment_says_otherwise():
+    """index_job and the UI's asset jobs (backfills from Materialize all…) run every step in the run's
+    process by default; MEMORY_PIPELINE_EXECUTOR picks another, and a wrong name is one clear error."""
+    default = _executor_of_definitions({"MEMORY_PIPELINE_EXECUTOR": ""})
+    assert default.returncode == 0, default.stderr
+    assert default.stdout.split() == ["in_process", "in_process"]
+    multi = _executor_of_definitions({"MEMORY_PIPELINE_EXECUTOR": "multiprocess"})
+    assert multi.returncode == 0, multi.stderr
+    assert multi.stdout.split() == ["multiprocess", "multiprocess"]
+    wrong = _executor_of_definitions({"MEMORY_PIPELINE_EXECUTOR": "threads"})
+    assert wrong.returncode != 0
+    assert "MEMORY_PIPELINE_EXECUTOR='threads' is not an executor this project knows" in wrong.stderr
