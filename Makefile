@@ -12,7 +12,7 @@ export TOKENIZERS_PARALLELISM := false
 FIND_LINKS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
 
 # Debian packages the test suite needs, as command:package; installed only when the command is missing.
-TEST_SYSTEM_PACKAGES := chromium:chromium
+TEST_SYSTEM_PACKAGES := chromium:chromium redis-server:redis-server pg_ctlcluster:postgresql
 # The same for every run: media extraction (OCR, decoding, keyframes) and the sample/test media
 # generator (speech).
 RUN_SYSTEM_PACKAGES := tesseract:tesseract-ocr tesseract:tesseract-ocr-eng ffmpeg:ffmpeg espeak-ng:espeak-ng
