@@ -29,6 +29,7 @@ import json
 import os
 import platform
 import random
+import resource
 import sys
 import tempfile
 import time
@@ -247,6 +248,9 @@ def main(argv: list[str] | None = None) -> int:
             "exact_p50_ms": pct(exact_lat, 50),
         },  # fmt: skip
         "targets": {"p50_max_ms": P50_MAX_MS, "p95_max_ms": P95_MAX_MS, "recall_min": RECALL_MIN},
+        # The table's files (data, FTS and ANN indices) and this process's peak RSS (build and queries).
+        "table_bytes_on_disk": sum(f.stat().st_size for f in (work / "index" / "lancedb").rglob("*") if f.is_file()),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     }
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps({"modes": modes, "ann": result["ann"], "query_embedding_ms": result["query_embedding_ms"]}, indent=2))

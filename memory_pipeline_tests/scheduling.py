@@ -8,7 +8,8 @@ does nothing unless the run has xdist workers.
   not once per worker. (``--dist loadgroup`` would let a module without shared fixtures spread
   over both workers, but pytest-xdist 3.8 marks groups by rewriting ``item._nodeid``, which
   pytest 9 no longer reads: every group is silently ignored.)
-- Long modules first: every module outside ``unit/`` (the CLI, Dagster, media, service and browser
+- The ``longest`` modules first (a single test of minutes, like the Celery backfill), then long
+  modules: every module outside ``unit/`` (the CLI, Dagster, media, service and browser
   tests, minutes each) and any marked ``slow`` is queued before the short unit modules, so the two
   workers end together
   instead of one waiting on a long module that came last. The order inside a module is kept.
@@ -45,4 +46,5 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # A stable sort on a key shared by a module's tests: long modules first, collection order otherwise.
     long = {m for m in map(_module_of, items) if "/unit/" not in f"/{m}"}
     long |= {_module_of(i) for i in items if i.get_closest_marker("slow") is not None}
-    items.sort(key=lambda i: _module_of(i) not in long)
+    longest = {_module_of(i) for i in items if i.get_closest_marker("longest") is not None}
+    items.sort(key=lambda i: (_module_of(i) not in longest, _module_of(i) not in long))

@@ -15,6 +15,7 @@ from memory_pipeline.defs.assets import index_assets
 from memory_pipeline.defs.partitions import FULL_RANGE_TAGS
 from memory_pipeline.defs.resources import index_resources
 from memory_pipeline.settings import load_settings
+from memory_pipeline_tests.helpers import asset_metadata
 
 CHECKS = (
     "index_coverage_no_orphans_check",
@@ -145,11 +146,7 @@ def test_each_check_fails_on_its_fault_and_passes_after_a_clean_run(sample_confi
         assert evaluation.metadata["count"].value >= 1
         assert row["path"] in evaluation.metadata["offending_paths"].value
         planted = _run(sample_config, instance)
-        repairs = next(
-            e.event_specific_data.materialization.metadata["files_repaired"].value
-            for e in planted.get_asset_materialization_events()
-            if e.event_specific_data.materialization.asset_key.to_user_string() == "source_files"
-        )
+        repairs = asset_metadata(planted, "source_files")["files_repaired"]  # summed over the run's partitions
         if repaired:
             assert repairs == 1 and planted.success
             assert all(e.passed for e in _checks(planted).values())

@@ -27,7 +27,7 @@ from memory_pipeline_tests.conftest import write_config
 from memory_pipeline_tests.helpers import REPO, default_sigint, free_port, run_cli, table_rows
 from memory_pipeline_tests.services import postgres_server, redis_server
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.longest]
 
 BIN = Path(sys.executable).parent
 WORDS = "lance dagster memory agent vector shard worker broker postgres redis celery note meeting budget".split()
