@@ -48,7 +48,7 @@ sys.path.insert(0, str(REPO))
 
 from memory_pipeline.search import MODES, MemorySearcher  # noqa: E402
 from memory_pipeline.settings import settings_from_dict  # noqa: E402
-from memory_pipeline.stores.lance import FTS_COLUMN, VectorStore, ann_query, table_schema  # noqa: E402
+from memory_pipeline.stores.lance import DOC_FTS_COLUMN, FTS_COLUMN, VectorStore, ann_query, table_schema  # noqa: E402
 
 SEED = 20261130
 P50_MAX_MS, P95_MAX_MS, RECALL_MIN = 50.0, 150.0, 0.95
@@ -101,11 +101,15 @@ def build_table(settings, provider, n_chunks: int, rng: random.Random, log) -> t
         vec /= np.linalg.norm(vec, axis=1, keepdims=True)
         texts = [f"{sents[i]}\n{sents[j]}" for i, j in zip(a, b)]
         ids = [f"c{start + k:07d}" for k in range(m)]
-        paths = [f"memory/2026-{1 + (start + k) % 12:02d}-{1 + (start + k) % 28:02d}-{(start + k) // 40}.md" for k in range(m)]
+        # Documents of 40 chunks (a batch holds whole documents); the first chunk of each carries the
+        # document's whole text, as the write stage stores it for the document-level full-text leg.
+        docs = [(start + k) // 40 for k in range(m)]
+        paths = [f"memory/2026-{1 + d % 12:02d}-{1 + d % 28:02d}-{d}.md" for d in docs]
+        doc_text = [("\n".join(texts[k : k + 40]) if (start + k) % 40 == 0 else None) for k in range(m)]
         cols = {
             "chunk_id": ids, "doc_id": [f"bench:{p}" for p in paths], "source": ["bench"] * m, "path": paths,
             "shard": ["00"] * m, "chunk_index": [(start + k) % 40 for k in range(m)], "heading": [""] * m, "text": texts,
-            FTS_COLUMN: texts, "content_hash": ids, "line_start": [1] * m, "line_end": [2] * m, "locator": ["L1-L2"] * m,
+            FTS_COLUMN: texts, DOC_FTS_COLUMN: doc_text, "content_hash": ids, "line_start": [1] * m, "line_end": [2] * m, "locator": ["L1-L2"] * m,
             "tokens": [40] * m, "modality": ["markdown"] * m, "mime_type": ["text/markdown"] * m, "memory_type": ["text"] * m,
             "media_type": [None] * m, "original_file_path": [f"/bench/{p}" for p in paths], "file_sha256": [""] * m,
             "created_at": [now] * m, "indexed_at": [now] * m, "embedding_model": [provider.model] * m,
