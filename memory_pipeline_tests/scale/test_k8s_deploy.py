@@ -128,13 +128,24 @@ def test_the_image_entry_point_serves_the_definitions(tmp_path: Path):
     args[args.index("-p") + 1] = str(port)
     env = {**os.environ, **{k: v for k, v in image_env.items() if not k.startswith(("PIP_", "DAGSTER_HOME", "MEMORY_PIPELINE_CONFIG"))}}
     env["DAGSTER_HOME"] = str(tmp_path)
+    import dagster as dg
+
+    # The instance made (and its SQLite schema stamped) once, before the server and the CLI below
+    # both open it: two processes creating it at once can stamp it twice.
+    with dg.DagsterInstance.from_config(str(tmp_path)):
+        pass
     log = tmp_path / "code-server.log"
     with log.open("w") as out:
         proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=default_sigint)
     try:
         deadline = time.monotonic() + 180
-        while True:
+        while True:  # serving first (no instance needed), then the definitions through it
             assert proc.poll() is None, log.read_text()[-3000:]
+            health = subprocess.run([str(BIN / "dagster"), "api", "grpc-health-check", "-p", str(port)], env=env, capture_output=True, timeout=60)
+            if health.returncode != 0:
+                assert time.monotonic() < deadline, f"the code server did not serve in 180s:\n{log.read_text()[-3000:]}"
+                time.sleep(1)
+                continue
             listed = subprocess.run(
                 [str(BIN / "dagster"), "job", "list", "--grpc-host", "127.0.0.1", "--grpc-port", str(port)],
                 env=env,
