@@ -198,6 +198,20 @@ def default_sigint() -> None:  # pragma: no cover - runs in the child
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+def stop_group(proc: subprocess.Popen, timeout: float = 60) -> None:
+    """Stop a server started with ``start_new_session=True``: SIGTERM to its process group, then
+    SIGKILL when it is not gone within ``timeout`` seconds."""
+    import signal
+
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
 def free_port() -> int:
     """A free TCP port on 127.0.0.1."""
     import socket

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from memory_pipeline.discovery import shard_of
-from memory_pipeline_tests.helpers import REPO, free_port, graphql, table_rows
+from memory_pipeline_tests.helpers import REPO, free_port, graphql, stop_group, table_rows
 
 pytestmark = pytest.mark.slow
 
@@ -119,12 +119,7 @@ def ui(tmp_path: Path, sample_config: Path):
         _wait_until_loaded(port, proc, log)
         yield port, sample_config
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_group(proc, timeout=60)
         # dagster dev's children go with it; make sure none outlives the test.
         time.sleep(1)
         try:

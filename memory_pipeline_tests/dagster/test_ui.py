@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -11,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from memory_pipeline_tests.helpers import REPO, default_sigint, free_port, graphql
+from memory_pipeline_tests.helpers import REPO, default_sigint, free_port, graphql, stop_group
 
 pytestmark = pytest.mark.slow
 
@@ -54,9 +53,4 @@ def test_dagster_dev_serves_the_asset_graph(tmp_path: Path, sample_config: Path)
         assert {s["name"] for s in repo["sensors"]} == {"memory_files_sensor", "batch_jobs_sensor", "coverage_automation_sensor"}
         assert {s["name"] for s in repo["schedules"]} == {"nightly_reconciliation_schedule"}
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_group(proc, timeout=30)

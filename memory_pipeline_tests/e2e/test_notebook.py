@@ -7,7 +7,6 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -20,7 +19,7 @@ import pytest
 from nbclient import NotebookClient
 
 from memory_pipeline_tests.conftest import SAMPLE, TEXT_ONLY, write_config
-from memory_pipeline_tests.helpers import REPO, free_port, run_json, table_rows
+from memory_pipeline_tests.helpers import REPO, free_port, run_json, stop_group, table_rows
 
 pytestmark = pytest.mark.slow
 CHARTS = ("coverage_by_modality.png", "failures_by_reason.png", "index_growth.png")
@@ -107,9 +106,4 @@ def test_make_notebook_serves_the_notebook_on_an_up_to_date_index(two_runs: Path
         with pytest.raises(urllib.error.HTTPError):
             _get(f"{base}/api/contents/coverage.ipynb", "wrong")
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_group(proc, timeout=60)

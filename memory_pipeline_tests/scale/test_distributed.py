@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import random
-import signal
 import subprocess
 import sys
 import time
@@ -24,7 +23,7 @@ import yaml
 
 from memory_pipeline.discovery import SHARD_KEYS, shard_of
 from memory_pipeline_tests.conftest import write_config
-from memory_pipeline_tests.helpers import REPO, default_sigint, free_port, run_cli, table_rows
+from memory_pipeline_tests.helpers import REPO, default_sigint, free_port, run_cli, stop_group, table_rows
 from memory_pipeline_tests.services import postgres_server, redis_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.longest]
@@ -72,14 +71,7 @@ def _wait_grpc(port: int, proc: subprocess.Popen, log: Path, env: dict, timeout:
 
 def _stop_all(procs: list[subprocess.Popen]) -> None:
     for proc in procs:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-    for proc in procs:
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_group(proc, timeout=30)
 
 
 def _backfill(env: dict, port: int, instance, timeout: float = 900) -> list:

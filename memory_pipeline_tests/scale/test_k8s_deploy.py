@@ -18,7 +18,6 @@ import json
 import os
 import re
 import shlex
-import signal
 import subprocess
 import sys
 import time
@@ -27,7 +26,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from memory_pipeline_tests.helpers import REPO, default_sigint, free_port
+from memory_pipeline_tests.helpers import REPO, default_sigint, free_port, stop_group
 
 DEPLOY = REPO / "deploy"
 BIN = Path(sys.executable).parent
@@ -160,9 +159,4 @@ def test_the_image_entry_point_serves_the_definitions(tmp_path: Path):
             time.sleep(1)
         assert "index_job" in listed.stdout, listed.stdout
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_group(proc, timeout=30)
