@@ -364,8 +364,11 @@ def cmd_status(args) -> int:
         cache_entries = len(cache)
         cache.close()
     table = store.open()
+    data = storage.of(settings)
     status = {
         "config": str(settings.config_path),
+        "data_dir": data.location,
+        **({"local_dir": str(data.root)} if data.remote else {}),
         **prov,
         "table": {
             "uri": storage.of(settings).lancedb_uri,
@@ -392,6 +395,7 @@ def cmd_status(args) -> int:
         _print_json(status)
         return 0
     print(f"config:   {status['config']}")
+    print(f"data:     {status['data_dir']}" + (f" (this machine's part: {status['local_dir']})" if data.remote else ""))
     if prov.get("provider") not in (None, "none"):
         print(f"provider: {prov['provider']} / {prov.get('model')} ({prov.get('dims')} dims); requested {prov['requested']}")
     else:

@@ -164,7 +164,7 @@ def _span(first: str, last: str) -> list[str]:
 @contextlib.contextmanager
 def _shard_locks(settings: Settings, shards: Sequence[str]) -> Iterator[None]:
     """Exclusive locks on these shards, taken in shard order (so two runs never wait on each other in a cycle)."""
-    folder = storage.of(settings).runs_dir / "locks"
+    folder = storage.of(settings).locks_dir
     folder.mkdir(parents=True, exist_ok=True)
     with contextlib.ExitStack() as stack:
         for shard in sorted(shards):
@@ -241,12 +241,12 @@ def _failure(result, results: RunResults) -> MemoryPipelineError:
 def _record_run(settings: Settings, summary: RunSummary) -> None:
     data = storage.of(settings)
     record = summary.as_dict()
-    storage.write_text(data.runs_dir / "last_run.json", json.dumps(record, indent=2))
-    data.append_line(data.runs_dir / "history.jsonl", json.dumps(record | {"errors": len(summary.errors)}))
+    data.write_text(storage.LAST_RUN, json.dumps(record, indent=2))
+    data.append_line(storage.HISTORY, json.dumps(record | {"errors": len(summary.errors)}))
 
 
 def last_run(settings: Settings) -> dict | None:
-    return storage.of(settings).read_json(storage.of(settings).runs_dir / "last_run.json")
+    return storage.of(settings).read_json(storage.LAST_RUN)
 
 
 __all__ = ["run_index", "shards_of", "last_run", "ensure_dagster_home"]

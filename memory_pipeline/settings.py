@@ -367,7 +367,7 @@ SOURCES_MESSAGE = "'sources' must be a non-empty list of {name, path}"
 class Settings:
     """Everything the YAML file decides: what to index and how."""
 
-    data_dir: Path
+    data_dir: Path | str  # a folder, or an object-storage URL (s3://bucket/prefix): see storage.py
     sources: tuple[SourceConfig, ...]
     provider: Provider = "auto"
     model: Str | None = None
@@ -385,9 +385,27 @@ class Settings:
     table_name: Str = "memory_vectors"
     ann: AnnConfig = field(default_factory=AnnConfig)
     fts: FtsConfig = field(default_factory=FtsConfig)
+    local_dir: Path | None = None  # with an s3:// data_dir: this machine's cache, locks, Dagster instance, analytics file
     config_path: Path | None = None  # where it was read from; not a key of the file
 
-    _data_dir = field_validator("data_dir", mode="before")(_path)
+    @field_validator("local_dir", mode="before")
+    @classmethod
+    def _local_dir(cls, value: Any, info: ValidationInfo) -> Any:
+        return None if value is None else _path(value, info)
+
+    @field_validator("data_dir", mode="before")
+    @classmethod
+    def _data_dir(cls, value: Any, info: ValidationInfo) -> Any:
+        from memory_pipeline import storage
+
+        if isinstance(value, str) and "://" in value:
+            if not storage.is_url(value):
+                raise _bad("must be a folder or an s3://bucket/prefix URL")
+            try:
+                return storage.check_url(value)
+            except ValueError as err:
+                raise _bad(str(err)) from None
+        return _path(value, info)
 
     @field_validator("remote", "local", "chunking", "cache", "query", "limits", "checks", "service", "multimodal", "ann", "fts", mode="before")
     @classmethod

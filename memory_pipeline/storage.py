@@ -19,6 +19,17 @@ missing file is an empty table, a file written by an older version without a col
 gets that column's default, and a damaged file is moved aside and read as empty (the
 stage that reads it redoes the work it recorded).
 
+**Object storage.** ``data_dir: s3://bucket/prefix`` puts the shared part on any S3-compatible
+store: the LanceDB table(s), the Parquet assets, the generation pointer, the provider state and
+the run records (``last_run.json`` and the two ledgers, one object per line there, since objects
+cannot be appended to). Endpoint, region and credentials come from the standard AWS variables and
+chain (``AWS_ENDPOINT_URL``, ``AWS_ALLOW_HTTP=true`` for a plain-http server, the keys or a
+profile), never from the YAML. What belongs to one machine stays on local disk under
+``local_dir`` (default ``$XDG_CACHE_HOME/memory_pipeline/s3/<bucket>/<prefix>``): the embedding
+cache (a cache: nothing depends on it), the batch job store, the Dagster instance of ``memory
+index``, the locks, ``analytics.duckdb`` (its tables copied from the store) and ``server.json``.
+An object is written with one PUT, which S3 makes visible whole, so writes stay atomic there too.
+
 The same files are read and written as polars DataFrames (:meth:`DataStore.read_frame`,
 :meth:`DataStore.write_frame`, :meth:`DataStore.frames`), which is how the Dagster IO
 manager (``defs/io_managers.py``) moves data between the assets. A frame is written in its
@@ -31,16 +42,20 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import time
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
     import polars as pl
     import pyarrow as pa
+    from pyarrow import fs as pafs
 
     from memory_pipeline.settings import Settings
 
@@ -74,21 +89,46 @@ def locate(name: str) -> tuple[str, str]:
     raise ValueError(f"unknown asset {name}")
 
 
+# The shared small files, by key (a path relative to the data folder, or to the bucket prefix).
+GENERATIONS = "generations.json"
+PROVIDER_STATE = "provider_state.json"
+LAST_RUN = "runs/last_run.json"
+HISTORY = "runs/history.jsonl"
+USAGE = "runs/embedding_usage.jsonl"
+URL_SCHEMES = ("s3",)
+
+
 @dataclass(frozen=True)
 class DataStore:
-    """Paths and atomic I/O under one data folder."""
+    """Paths and atomic I/O under one data folder.
+
+    ``root`` is the local folder. ``remote`` (``s3://bucket/prefix``), when set, is where the
+    shared part lives (the table, the assets, the pointer, the run records); ``root`` then holds
+    only what belongs to this machine (see the module docstring).
+    """
 
     root: Path
+    remote: str = ""
 
     # --- where things are ------------------------------------------------------------------
 
     @property
+    def location(self) -> str:
+        """The data folder as the user named it: the local path or the ``s3://`` URL."""
+        return self.remote or str(self.root)
+
+    @property
     def assets_dir(self) -> Path:
+        """The local assets folder (only without ``remote``; see :meth:`asset_location`)."""
         return self.root / "assets"
+
+    def asset_location(self, asset: str) -> str:
+        """Where an asset's partition files live: a folder or an ``s3://`` prefix."""
+        return f"{self.remote}/assets/{asset}" if self.remote else str(self.assets_dir / asset)
 
     @property
     def lancedb_uri(self) -> str:
-        return str(self.root / "lancedb")
+        return f"{self.remote}/lancedb" if self.remote else str(self.root / "lancedb")
 
     @property
     def cache_path(self) -> Path:
@@ -107,12 +147,9 @@ class DataStore:
         return self.root / "analytics.duckdb"
 
     @property
-    def generations_pointer(self) -> Path:
-        return self.root / "generations.json"
-
-    @property
-    def provider_state(self) -> Path:
-        return self.root / "provider_state.json"
+    def locks_dir(self) -> Path:
+        """Lock files (always local: they order this machine's processes)."""
+        return self.root / "runs" / "locks"
 
     @property
     def batch_jobs(self) -> Path:
@@ -124,20 +161,64 @@ class DataStore:
         return self.root / "server.json"
 
     def asset(self, asset: str, shard: str, suffix: str = "") -> Path:
-        """The Parquet file of one partition of an asset (or of one of its side files)."""
+        """The local Parquet file of one partition of an asset (or of one of its side files)."""
+        return self.assets_dir / self._asset_key(asset, shard, suffix).removeprefix("assets/")
+
+    @staticmethod
+    def _asset_key(asset: str, shard: str, suffix: str = "") -> str:
         if asset not in ASSETS or (suffix and (asset, suffix) not in SIDE_FILES):
             raise ValueError(f"unknown asset file {asset}{suffix}")
-        return self.assets_dir / asset / f"{shard}{suffix}.parquet"
+        return f"assets/{asset}/{shard}{suffix}.parquet"
+
+    # --- object storage ------------------------------------------------------------------
+
+    def _object(self, key: str) -> tuple[pafs.FileSystem, str]:
+        """The object store and the object's path in it (``bucket/prefix/key``)."""
+        return object_store(), f"{self.remote.removeprefix('s3://')}/{key}"
+
+    def where(self, key: str) -> str:
+        """A shared file's location, for messages."""
+        return f"{self.remote}/{key}" if self.remote else str(self.root / key)
 
     # --- Parquet ---------------------------------------------------------------------------
 
-    def read(self, asset: str, shard: str, schema: pa.Schema, suffix: str = "") -> pa.Table:
+    def read(self, asset: str, shard: str, schema: pa.Schema | None, suffix: str = "") -> pa.Table:
+        if self.remote:
+            return read_object_parquet(*self._object(self._asset_key(asset, shard, suffix)), schema)
         return read_parquet(self.asset(asset, shard, suffix), schema)
 
-    def write(self, table: pa.Table, asset: str, shard: str, suffix: str = "") -> Path:
+    def write(self, table: pa.Table, asset: str, shard: str, suffix: str = "") -> str:
+        """Write one partition file (atomically); where it went."""
+        if self.remote:
+            import pyarrow.parquet as pq
+
+            fs, path = self._object(self._asset_key(asset, shard, suffix))
+            pq.write_table(table, path, filesystem=fs)  # one PUT: the object appears whole or not at all
+            return f"s3://{path}"
         path = self.asset(asset, shard, suffix)
         write_parquet(table, path)
-        return path
+        return str(path)
+
+    def partition_files(self, asset: str, suffix: str = "") -> list[str]:
+        """The partition files of an asset (or side file) that exist, sorted by shard, as
+        locations :meth:`read_file` takes."""
+        pattern = re.compile(r"^[^.]+" + re.escape(suffix) + r"\.parquet$")
+        if self.remote:
+            from pyarrow import fs as pafs
+
+            store, folder = self._object(f"assets/{asset}")
+            infos = store.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
+            return sorted(i.path for i in infos if i.type == pafs.FileType.File and pattern.match(i.base_name))
+        folder = self.assets_dir / asset
+        if not folder.is_dir():
+            return []
+        return sorted(str(f) for f in folder.iterdir() if pattern.match(f.name))
+
+    def read_file(self, location: str, schema: pa.Schema | None) -> pa.Table:
+        """One file listed by :meth:`partition_files`, read forgivingly."""
+        if self.remote:
+            return read_object_parquet(object_store(), location, schema)
+        return read_parquet(Path(location), schema)
 
     def write_rows(self, rows: list[dict], schema: pa.Schema, asset: str, shard: str, suffix: str = "") -> Path:
         import pyarrow as pa
@@ -152,11 +233,11 @@ class DataStore:
         """
         import polars as pl
 
-        frame = pl.from_arrow(read_parquet(self.asset(asset, shard, suffix), schema))
+        frame = pl.from_arrow(self.read(asset, shard, schema, suffix))
         assert isinstance(frame, pl.DataFrame)  # a Table gives a DataFrame (a bare array would give a Series)
         return frame
 
-    def write_frame(self, frame: pl.DataFrame, asset: str, shard: str, schema: pa.Schema, suffix: str = "") -> Path:
+    def write_frame(self, frame: pl.DataFrame, asset: str, shard: str, schema: pa.Schema, suffix: str = "") -> str:
         """Write one partition from a polars DataFrame, in ``schema`` (polars' own string and list
         types cast back), atomically."""
         return self.write(frame.to_arrow().select(schema.names).cast(schema), asset, shard, suffix)
@@ -171,6 +252,17 @@ class DataStore:
         import pyarrow.parquet as pq
 
         total = 0
+        if self.remote:
+            wanted = {f"{shard}{suffix}.parquet" for shard in shards}
+            store = object_store()
+            for location in self.partition_files(asset, suffix):
+                if location.rsplit("/", 1)[-1] in wanted:
+                    try:
+                        with store.open_input_file(location) as fh:
+                            total += pq.ParquetFile(fh).metadata.num_rows
+                    except (pa.ArrowException, OSError):
+                        continue  # damaged: the next read sets it aside
+            return total
         for shard in shards:
             path = self.asset(asset, shard, suffix)
             if path.is_file():
@@ -182,6 +274,12 @@ class DataStore:
 
     def drop(self, asset: str, suffix: str = "") -> int:
         """Remove every partition file of an asset (or side file); how many went."""
+        if self.remote:
+            store = object_store()
+            files = self.partition_files(asset, suffix)
+            for location in files:
+                store.delete_file(location)
+            return len(files)
         folder = self.assets_dir / asset
         if not folder.is_dir():
             return 0
@@ -193,25 +291,90 @@ class DataStore:
                 gone += 1
         return gone
 
-    # --- small files -----------------------------------------------------------------------
+    # --- shared small files, by key (GENERATIONS, PROVIDER_STATE, LAST_RUN, HISTORY, USAGE) ---
 
-    def write_json(self, path: Path, value: Any) -> None:
-        write_text(path, json.dumps(value, indent=2, sort_keys=True))
-
-    def read_json(self, path: Path) -> Any | None:
-        """The parsed file, or None when it is missing."""
-        if not path.is_file():
+    def read_text(self, key: str) -> str | None:
+        """A shared file's text, or None when it does not exist."""
+        if self.remote:
+            store, path = self._object(key)
+            try:
+                with store.open_input_stream(path) as fh:
+                    return fh.read().decode()
+            except FileNotFoundError:
+                return None
+        path = self.root / key
+        try:
+            return path.read_text()
+        except FileNotFoundError:
             return None
-        return json.loads(path.read_text())
 
-    def append_line(self, path: Path, line: str) -> None:
-        """Append one line with O_APPEND (parallel writers never interleave within a line)."""
+    def write_text(self, key: str, text: str) -> None:
+        """Replace a shared file atomically (a rename on disk, one PUT on object storage)."""
+        if self.remote:
+            store, path = self._object(key)
+            with store.open_output_stream(path) as fh:
+                fh.write(text.encode())
+            return
+        write_text(self.root / key, text)
+
+    def remove(self, key: str) -> bool:
+        """Delete a shared file; whether it was there."""
+        if self.remote:
+            store, path = self._object(key)
+            try:
+                store.delete_file(path)
+            except FileNotFoundError:
+                return False
+            return True
+        try:
+            (self.root / key).unlink()
+        except FileNotFoundError:
+            return False
+        return True
+
+    def write_json(self, key: str, value: Any) -> None:
+        self.write_text(key, json.dumps(value, indent=2, sort_keys=True))
+
+    def read_json(self, key: str) -> Any | None:
+        """The parsed file, or None when it is missing."""
+        text = self.read_text(key)
+        return None if text is None else json.loads(text)
+
+    def append_line(self, key: str, line: str) -> None:
+        """Add one line to a ledger. On disk: O_APPEND (parallel writers never interleave within
+        a line). On object storage, which cannot append: one object per line under
+        ``<key>.d/``, named by time so :meth:`read_lines` gives them in order."""
+        line = line.rstrip("\n") + "\n"
+        if self.remote:
+            store, path = self._object(f"{key}.d/{time.time_ns():020d}-{uuid.uuid4().hex[:12]}.json")
+            with store.open_output_stream(path) as fh:
+                fh.write(line.encode())
+            return
+        path = self.root / key
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
-            os.write(fd, (line.rstrip("\n") + "\n").encode())
+            os.write(fd, line.encode())
         finally:
             os.close(fd)
+
+    def read_lines(self, key: str) -> list[str]:
+        """A ledger's lines, oldest first (empty when there is none yet)."""
+        if self.remote:
+            from pyarrow import fs as pafs
+
+            store, folder = self._object(f"{key}.d")
+            infos = store.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
+            lines = []
+            for info in sorted((i for i in infos if i.type == pafs.FileType.File), key=lambda i: i.base_name):
+                try:
+                    with store.open_input_stream(info.path) as fh:
+                        lines.append(fh.read().decode().rstrip("\n"))
+                except FileNotFoundError:
+                    continue  # pruned meanwhile
+            return lines
+        text = self.read_text(key)
+        return [] if not text else text.splitlines()
 
 
 class LazyFrames(Mapping[str, "pl.DataFrame"]):
@@ -241,13 +404,76 @@ class LazyFrames(Mapping[str, "pl.DataFrame"]):
 
 
 @lru_cache(maxsize=64)
-def _store(root: Path) -> DataStore:
-    return DataStore(root)
+def _store(root: Path, remote: str = "") -> DataStore:
+    return DataStore(root, remote)
 
 
 def of(settings: Settings) -> DataStore:
     """The data folder of a configuration."""
-    return _store(Path(settings.data_dir))
+    data_dir = settings.data_dir
+    if isinstance(data_dir, str) and is_url(data_dir):
+        return _store(Path(settings.local_dir) if settings.local_dir else default_local_dir(data_dir), data_dir.rstrip("/"))
+    return _store(Path(data_dir))
+
+
+def is_url(value: str) -> bool:
+    """Whether a ``data_dir`` names object storage (``s3://…``) rather than a folder."""
+    return urlsplit(value).scheme in URL_SCHEMES
+
+
+def check_url(value: str) -> str:
+    """An ``s3://bucket/prefix`` data_dir, checked: a bucket, no credentials, no query. ValueError otherwise."""
+    parts = urlsplit(value)
+    if parts.username or parts.password or "@" in parts.netloc:
+        raise ValueError("must not carry credentials: they come from the AWS environment variables or profile")
+    if not parts.netloc:
+        raise ValueError("needs a bucket: s3://bucket/prefix")
+    if parts.query or parts.fragment:
+        raise ValueError("takes no query or fragment: s3://bucket/prefix")
+    return f"s3://{parts.netloc}{parts.path.rstrip('/')}"
+
+
+def default_local_dir(url: str) -> Path:
+    """Where a machine keeps its own part of an object-storage data folder."""
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "memory_pipeline" / "s3" / url.removeprefix("s3://").strip("/")
+
+
+_TRUE = ("1", "true", "yes", "on")
+
+
+@lru_cache(maxsize=4)
+def _object_store(endpoint: str, region: str, allow_http: bool) -> pafs.FileSystem:
+    from pyarrow import fs as pafs
+
+    kwargs: dict[str, Any] = {}
+    if endpoint:
+        parts = urlsplit(endpoint if "://" in endpoint else f"https://{endpoint}")
+        if parts.scheme == "http" and not allow_http:
+            from memory_pipeline.errors import ConfigError
+
+            raise ConfigError(
+                f"AWS_ENDPOINT_URL {endpoint} is plain http, which is refused unless AWS_ALLOW_HTTP=true",
+                hint="export AWS_ALLOW_HTTP=true for a test server on a trusted network, or use its https:// address",
+            )
+        kwargs["endpoint_override"] = parts.netloc
+        kwargs["scheme"] = parts.scheme
+    if region:
+        kwargs["region"] = region
+    return pafs.S3FileSystem(**kwargs)  # credentials: the AWS SDK's default chain (environment, profile, instance)
+
+
+def object_store() -> pafs.FileSystem:
+    """The S3 file system, configured from the standard AWS environment variables only."""
+    env = os.environ
+    endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or ""
+    region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or ""
+    return _object_store(endpoint.strip(), region.strip(), env.get("AWS_ALLOW_HTTP", "").strip().lower() in _TRUE)
+
+
+def lance_storage_options() -> dict[str, str]:
+    """What LanceDB needs beyond the AWS variables it reads itself (none, when those suffice)."""
+    return {}
 
 
 def write_text(path: Path, text: str) -> None:
@@ -267,6 +493,42 @@ def write_parquet(table: pa.Table, path: Path) -> None:
     os.replace(tmp, path)
 
 
+def read_object_parquet(store: pafs.FileSystem, path: str, schema: pa.Schema | None) -> pa.Table:
+    """:func:`read_parquet` for an object: missing is empty; damaged is moved aside and empty."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        with store.open_input_file(path) as fh:
+            table = pq.read_table(fh)
+    except FileNotFoundError:
+        return schema.empty_table() if schema is not None else pa.table({})
+    except (pa.ArrowException, OSError, ValueError) as err:
+        aside = f"{path}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}"
+        try:
+            store.move(path, aside)
+        except OSError:
+            pass
+        log.warning("s3://%s is damaged (%s); moved aside to %s and rebuilt", path, type(err).__name__, aside.rsplit("/", 1)[-1])
+        return schema.empty_table() if schema is not None else pa.table({})
+    return table if schema is None else conform(table, schema)
+
+
+def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """A table in ``schema``: missing columns filled (nulls, or empty strings for strings), extra ones dropped."""
+    import pyarrow as pa
+
+    columns = []
+    for f in schema:
+        if f.name in table.column_names:
+            columns.append(table.column(f.name).cast(f.type))
+        elif pa.types.is_string(f.type):
+            columns.append(pa.array([""] * table.num_rows, type=f.type))
+        else:
+            columns.append(pa.nulls(table.num_rows, type=f.type))
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
 def read_parquet(path: Path, schema: pa.Schema | None) -> pa.Table:
     """The file as ``schema``, or an empty table when it is missing or damaged.
 
@@ -283,17 +545,7 @@ def read_parquet(path: Path, schema: pa.Schema | None) -> pa.Table:
         return empty
     try:
         table = pq.read_table(path)
-        if schema is None:
-            return table
-        columns = []
-        for f in schema:
-            if f.name in table.column_names:
-                columns.append(table.column(f.name).cast(f.type))
-            elif pa.types.is_string(f.type):
-                columns.append(pa.array([""] * table.num_rows, type=f.type))
-            else:
-                columns.append(pa.nulls(table.num_rows, type=f.type))
-        return pa.Table.from_arrays(columns, schema=schema)
+        return table if schema is None else conform(table, schema)
     except (pa.ArrowException, OSError, ValueError) as err:
         aside = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}")
         try:
@@ -304,4 +556,7 @@ def read_parquet(path: Path, schema: pa.Schema | None) -> pa.Table:
         return empty
 
 
-__all__ = ["ASSETS", "SIDE_ASSETS", "SIDE_FILES", "DataStore", "LazyFrames", "locate", "of", "read_parquet", "write_parquet", "write_text"]
+__all__ = [
+    "ASSETS", "GENERATIONS", "HISTORY", "LAST_RUN", "PROVIDER_STATE", "SIDE_ASSETS", "SIDE_FILES", "USAGE", "DataStore", "LazyFrames",
+    "check_url", "default_local_dir", "is_url", "lance_storage_options", "locate", "object_store", "of", "read_parquet", "write_parquet", "write_text",
+]  # fmt: skip

@@ -4,6 +4,8 @@
   throw-away cluster in a temporary folder, trust authentication on 127.0.0.1 only. PostgreSQL
   refuses to run as root, so as root the cluster belongs to the ``postgres`` user the package made.
 - Redis 7 from Debian's ``redis-server``: no persistence, 127.0.0.1 only.
+- An S3-compatible object store: moto's server mode (the ``moto[server]`` package), in memory,
+  127.0.0.1 only, with one bucket made; it stands in for cloud object storage.
 
 Each is a context manager yielding its URL; the process is stopped and its files removed after.
 """
@@ -111,6 +113,43 @@ def redis_server() -> Iterator[str]:
     try:
         _wait_for_port(port, proc, "redis-server", log)
         yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        _stop(proc)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+# Test-only credentials for the local object store (moto accepts any); never real ones.
+S3_TEST_KEYS = {"AWS_ACCESS_KEY_ID": "memorytest", "AWS_SECRET_ACCESS_KEY": "memorytest-secret"}
+
+
+@contextlib.contextmanager
+def s3_server(bucket: str = "memory") -> Iterator[dict[str, str]]:
+    """moto's S3 server on a free 127.0.0.1 port with ``bucket`` made; yields the AWS environment
+    variables that point the AWS SDKs (and so this project) at it."""
+    import sys
+
+    root = Path(tempfile.mkdtemp(prefix="memory-s3-"))
+    log = root / "moto.log"
+    port = free_port()
+    moto = Path(sys.executable).parent / "moto_server"
+    with log.open("w") as out:
+        proc = subprocess.Popen([str(moto), "-H", "127.0.0.1", "-p", str(port)], stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    env = {
+        **S3_TEST_KEYS,
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+        "AWS_ALLOW_HTTP": "true",
+        "AWS_REGION": "us-east-1",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+    try:
+        _wait_for_port(port, proc, "moto_server", log)
+        import boto3
+
+        client = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name="us-east-1",
+                              aws_access_key_id=env["AWS_ACCESS_KEY_ID"], aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"])  # fmt: skip
+        client.create_bucket(Bucket=bucket)
+        yield env
     finally:
         _stop(proc)
         shutil.rmtree(root, ignore_errors=True)

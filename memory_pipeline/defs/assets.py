@@ -102,7 +102,7 @@ def _side_file(context: dg.AssetExecutionContext, settings, name: str, shards: l
     in_run = sum(n["dagster/partition_row_count"] for n in own.values())
     total = in_run if len(shards) == len(every) else data.row_count(asset, every, suffix)
     meta = _table(_SIDE_SCHEMAS[name], row_count=total, partition_row_count=in_run)
-    meta["dagster/uri"] = dg.MetadataValue.path(str(data.assets_dir / asset))
+    meta["dagster/uri"] = dg.MetadataValue.path(data.asset_location(asset))
     meta["files"] = dg.MetadataValue.text(f"<shard>{suffix}.parquet")
     return dg.Output(None, output_name=name, metadata=meta)
 

@@ -98,7 +98,7 @@ class PolarsParquetIOManager(dg.ConfigurableIOManager):
         meta: dict[str, Any] = {"dagster/row_count": dg.MetadataValue.int(total), "dagster/partition_row_count": dg.MetadataValue.int(rows)}
         if schema is not None:
             meta["dagster/column_schema"] = dg.MetadataValue.table_schema(column_schema(schema))
-        meta["dagster/uri"] = dg.MetadataValue.path(str(data.assets_dir / asset))  # the folder of <shard>.parquet files
+        meta["dagster/uri"] = dg.MetadataValue.path(data.asset_location(asset))  # the folder of <shard>.parquet files
         if isinstance(obj, ShardFrames):
             meta.update(obj.metadata())
         context.add_output_metadata(meta)

@@ -19,7 +19,6 @@ import json
 import os
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 
 from memory_pipeline.errors import ConfigError, ProviderError, ProviderUnavailable
 from memory_pipeline.providers.base import EmbeddingProvider
@@ -34,7 +33,6 @@ _CLASSES = {
     "mistral": "memory_pipeline.providers.mistral:MistralProvider",
     "ollama": "memory_pipeline.providers.ollama:OllamaProvider",
 }
-STATE_FILE = "provider_state.json"
 
 
 @dataclass(frozen=True)
@@ -176,24 +174,19 @@ def query_provider(settings: Settings, record: dict) -> EmbeddingProvider | None
 # --- the permanent-failure record ------------------------------------------------------
 
 
-def _state_path(settings: Settings) -> Path:
-    from memory_pipeline import storage
-
-    return storage.of(settings).provider_state
-
-
 def _primary_id(settings: Settings) -> str:
     return f"{settings.provider}|{settings.model or ''}|{settings.dims or ''}"
 
 
 def primary_failure(settings: Settings) -> dict | None:
     """The recorded permanent failure of the configured primary, if any (and still the same primary)."""
-    path = _state_path(settings)
-    if not path.is_file():
-        return None
+    from memory_pipeline import storage
+
     try:
-        state = json.loads(path.read_text())
+        state = storage.of(settings).read_json(storage.PROVIDER_STATE)
     except (OSError, ValueError):
+        return None
+    if not isinstance(state, dict):
         return None
     failed = state.get("failed")
     return failed if failed and failed.get("primary_id") == _primary_id(settings) else None
@@ -201,8 +194,6 @@ def primary_failure(settings: Settings) -> dict | None:
 
 def mark_primary_failed(settings: Settings, provider: str, reason: str) -> None:
     """Record that the primary failed permanently: later runs use the fallback (written atomically)."""
-    path = _state_path(settings)
-    path.parent.mkdir(parents=True, exist_ok=True)
     state = {
         "failed": {
             "primary_id": _primary_id(settings),
@@ -213,12 +204,10 @@ def mark_primary_failed(settings: Settings, provider: str, reason: str) -> None:
     }
     from memory_pipeline import storage
 
-    storage.write_text(path, json.dumps(state, indent=2))
+    storage.of(settings).write_text(storage.PROVIDER_STATE, json.dumps(state, indent=2))
 
 
 def clear_primary_failure(settings: Settings) -> bool:
-    path = _state_path(settings)
-    if path.is_file():
-        path.unlink()
-        return True
-    return False
+    from memory_pipeline import storage
+
+    return storage.of(settings).remove(storage.PROVIDER_STATE)

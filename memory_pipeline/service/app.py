@@ -12,6 +12,7 @@ import contextlib
 import logging
 import threading
 
+from memory_pipeline import storage
 from memory_pipeline.errors import ConfigError, MemoryPipelineError, ProviderError, SearchError, StoreError
 from memory_pipeline.service.core import NotFound, TooLarge, Unsupported
 from memory_pipeline.settings import Settings
@@ -90,13 +91,13 @@ def create_app(
         else:
             service.ready = True
         if url:
-            serverfile.write(settings.data_dir, url, token_required=bool(token), config=str(settings.config_path or ""))
+            serverfile.write(storage.of(settings).root, url, token_required=bool(token), config=str(settings.config_path or ""))
         try:
             async with mcp.session_manager.run():
                 yield
         finally:
             if url:
-                serverfile.remove(settings.data_dir)
+                serverfile.remove(storage.of(settings).root)
 
     app = FastAPI(
         title="memory_pipeline",

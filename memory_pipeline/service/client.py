@@ -24,8 +24,11 @@ _KEYS = ("max_results", "min_score", "mode", "fusion", "source", "path", "modali
 
 
 def config_and_data_dir(config: str | None) -> tuple[Path, Path] | None:
-    """The config file (as `memory` finds it) and its ``data_dir``, read as plain YAML."""
+    """The config file (as `memory` finds it) and the local folder that holds the server file
+    (``data_dir``; with an ``s3://`` data_dir, ``local_dir`` or its default), read as plain YAML."""
     import yaml
+
+    from memory_pipeline.storage import default_local_dir, is_url
 
     path = Path(config or os.environ.get("MEMORY_PIPELINE_CONFIG") or "memory_pipeline.yaml").expanduser()
     try:
@@ -33,9 +36,16 @@ def config_and_data_dir(config: str | None) -> tuple[Path, Path] | None:
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return None
     data_dir = raw.get("data_dir", "data/index") if isinstance(raw, dict) else None
-    if not isinstance(data_dir, str) or "://" in data_dir:
+    if not isinstance(data_dir, str):
         return None
     path = path.resolve()
+    if "://" in data_dir:
+        if not is_url(data_dir):
+            return None
+        local = raw.get("local_dir")
+        if isinstance(local, str) and local:
+            return path, (path.parent / Path(os.path.expandvars(local)).expanduser()).resolve()
+        return path, default_local_dir(data_dir.rstrip("/"))
     return path, (path.parent / Path(data_dir).expanduser()).resolve()
 
 

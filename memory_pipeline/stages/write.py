@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from memory_pipeline import progress, storage
 from memory_pipeline.changes import EmbeddingIdentity, fingerprint
@@ -212,7 +211,7 @@ def table_rows(chunks: pa.Table, settings: Settings, shard: str, ident: Embeddin
         "embedding_model": [ident.model] * n,
     }
     if ident.dims > 0:
-        emb = pq.read_table(storage.of(settings).asset("chunk_embeddings", shard), schema=embeddings_schema(ident.dims))
+        emb = storage.of(settings).read("chunk_embeddings", shard, embeddings_schema(ident.dims))
         index = {h: i for i, h in enumerate(emb.column("content_hash").to_pylist())}
         flat = emb.column("vector").combine_chunks().flatten().to_numpy(zero_copy_only=False).reshape(-1, ident.dims)
         take = np.array([index[h] for h in c["content_hash"]], dtype=np.int64)

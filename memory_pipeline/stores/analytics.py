@@ -39,8 +39,6 @@ from memory_pipeline.settings import Settings
 from memory_pipeline.stores.lance import FTS_COLUMN, VectorStore
 
 DB_NAME = "analytics.duckdb"
-USAGE_FILE = "embedding_usage.jsonl"
-HISTORY_FILE = "history.jsonl"
 # The columns of the ledgers' tables before their first line (then: every key of the lines).
 USAGE_COLUMNS = 'run_id VARCHAR, provider VARCHAR, model VARCHAR, chunks BIGINT, tokens BIGINT, batch BOOLEAN, est_usd DOUBLE, "at" VARCHAR'
 RUNS_COLUMNS = "run_id VARCHAR, finished_at VARCHAR, files_seen BIGINT, files_changed BIGINT, table_rows BIGINT, errors BIGINT"
@@ -154,13 +152,16 @@ def _sql_str(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
-def _dataset(con, name: str, pattern: Path, schema: pa.Schema) -> None:
+def _dataset(con, data: storage.DataStore, name: str, asset: str, suffix: str, schema: pa.Schema) -> None:
     # A copy, not a view: the file then answers without the Parquet files, from any directory.
-    if any(pattern.parent.glob(pattern.name)):
+    files = data.partition_files(asset, suffix)
+    if files and not data.remote:
+        pattern = Path(files[0]).parent / f"??{suffix}.parquet"
         con.execute(f"CREATE TABLE {name} AS SELECT * FROM read_parquet({_sql_str(pattern.as_posix())}, union_by_name = true)")
-    else:
-        empty = schema.empty_table()  # noqa: F841 - read by DuckDB's replacement scan
-        con.execute(f"CREATE TABLE {name} AS SELECT * FROM empty")
+        return
+    # On object storage (DuckDB's httpfs is an extension downloaded at run time): read through Arrow.
+    rows = pa.concat_tables([data.read_file(f, schema) for f in files]) if files else schema.empty_table()  # noqa: F841 - read by DuckDB
+    con.execute(f"CREATE TABLE {name} AS SELECT * FROM rows")
 
 
 def _vector_rows(settings: Settings, table_name: str) -> tuple[pa.Table, int, dict, str]:
@@ -201,15 +202,12 @@ def record_usage(settings: Settings, *, run_id: str, provider: str, model: str, 
         "est_usd": estimate_usd(provider, model, tokens, batch=batch),
         "at": datetime.now(UTC).isoformat(timespec="seconds"),
     }  # fmt: skip
-    storage.of(settings).append_line(storage.of(settings).runs_dir / USAGE_FILE, json.dumps(line))
+    storage.of(settings).append_line(storage.USAGE, json.dumps(line))
 
 
 def _read_usage(settings: Settings) -> list[dict]:
-    path = storage.of(settings).runs_dir / USAGE_FILE
-    if not path.is_file():
-        return []
     out = []
-    for line in path.read_text().splitlines():
+    for line in storage.of(settings).read_lines(storage.USAGE):
         try:
             out.append(json.loads(line))
         except ValueError:
@@ -257,23 +255,28 @@ def refresh_analytics(settings: Settings, model: str, table_name: str | None = N
     import duckdb
 
     table_name = table_name or settings.table_name
-    assets = storage.of(settings).assets_dir
-    final = storage.of(settings).analytics_db
+    data = storage.of(settings)
+    final = data.analytics_db
     tmp = final.with_name(f".{DB_NAME}.{os.getpid()}.tmp")
     tmp.unlink(missing_ok=True)
     vector_rows, dims, fts, provider = _vector_rows(settings, table_name)
     embedding_cost = _embedding_cost(settings, vector_rows, provider)  # noqa: F841 - read by DuckDB
     prices = pa.Table.from_pylist(price_rows())  # noqa: F841 - read by DuckDB
+    final.parent.mkdir(parents=True, exist_ok=True)
     con = duckdb.connect(str(tmp))
     try:
-        _dataset(con, "source_files", assets / "source_files" / "??.parquet", MANIFEST_SCHEMA)
-        _dataset(con, "extraction_status", assets / "extracted_content" / "??.status.parquet", EXTRACTION_STATUS_SCHEMA)
-        _dataset(con, "indexed_state", assets / "memory_vectors" / "??.state.parquet", INDEXED_STATE_SCHEMA)
-        chunks_glob = assets / "memory_chunks" / "??.parquet"
-        if any(chunks_glob.parent.glob(chunks_glob.name)):
+        _dataset(con, data, "source_files", "source_files", "", MANIFEST_SCHEMA)
+        _dataset(con, data, "extraction_status", "extracted_content", ".status", EXTRACTION_STATUS_SCHEMA)
+        _dataset(con, data, "indexed_state", "memory_vectors", ".state", INDEXED_STATE_SCHEMA)
+        chunk_files = data.partition_files("memory_chunks")
+        if chunk_files and data.remote:
+            # Object storage: a copy of the chunks (without the embedding text), as for the other assets.
+            chunks = pa.concat_tables([data.read_file(f, None).drop_columns(["embed_text"]) for f in chunk_files], promote_options="default")  # noqa: F841
+            con.execute("CREATE TABLE memory_chunks AS SELECT * FROM chunks")
+        elif chunk_files:
             # Relative to the data folder (see the module docstring); bound once here, from that folder.
-            rel = chunks_glob.relative_to(storage.of(settings).root).as_posix()
-            con.execute(f"SET file_search_path = {_sql_str(storage.of(settings).root.as_posix())}")
+            rel = (data.assets_dir / "memory_chunks" / "??.parquet").relative_to(data.root).as_posix()
+            con.execute(f"SET file_search_path = {_sql_str(data.root.as_posix())}")
             con.execute(f"CREATE VIEW memory_chunks AS SELECT * EXCLUDE (embed_text) FROM read_parquet({_sql_str(rel)})")
         con.execute("CREATE TABLE vector_rows AS SELECT * FROM vector_rows")
         con.execute("CREATE TABLE embedding_cost AS SELECT * FROM embedding_cost")
@@ -281,11 +284,11 @@ def refresh_analytics(settings: Settings, model: str, table_name: str | None = N
         con.execute(FILE_STATUS_SQL)
         con.execute(COVERAGE_SQL)
         con.execute(PROBLEMS_SQL, {"model": model})
-        _ledger(con, "embedding_usage", storage.of(settings).runs_dir / USAGE_FILE, USAGE_COLUMNS)
-        _ledger(con, "runs", storage.of(settings).runs_dir / HISTORY_FILE, RUNS_COLUMNS)
+        _ledger(con, "embedding_usage", data, storage.USAGE, USAGE_COLUMNS)
+        _ledger(con, "runs", data, storage.HISTORY, RUNS_COLUMNS)
         con.execute(
             "CREATE TABLE table_info AS SELECT ? AS uri, ? AS table_name, ? AS dims, ? AS fts_indexed, ? AS fts_unindexed_rows",
-            [storage.of(settings).lancedb_uri, table_name, dims, fts.get("indexed", False), fts.get("unindexed_rows", 0)],
+            [data.lancedb_uri, table_name, dims, fts.get("indexed", False), fts.get("unindexed_rows", 0)],
         )
         report = CoverageReport(path=final, table_rows=vector_rows.num_rows, table_dims=dims)
         report.fts_indexed = bool(fts.get("indexed"))
@@ -304,9 +307,22 @@ def refresh_analytics(settings: Settings, model: str, table_name: str | None = N
     return report
 
 
-def _ledger(con, name: str, path: Path, empty_columns: str) -> None:
+def _ledger(con, name: str, data: storage.DataStore, key: str, empty_columns: str) -> None:
     """A JSONL ledger as a table; an empty one (with its main columns) before the first line is written."""
-    if path.is_file() and path.stat().st_size:
+    path = data.root / key
+    if data.remote:
+        lines = data.read_lines(key)
+        if not lines:
+            con.execute(f"CREATE OR REPLACE TABLE {name} ({empty_columns})")
+            return
+        # DuckDB reads the lines as it reads the local ledger (same type inference): from a local copy.
+        path = data.root / "runs" / f".{name}.{os.getpid()}.jsonl"
+        storage.write_text(path, "\n".join(lines) + "\n")
+        try:
+            con.execute(f"CREATE OR REPLACE TABLE {name} AS SELECT * FROM read_json_auto({_sql_str(path.as_posix())})")
+        finally:
+            path.unlink(missing_ok=True)
+    elif path.is_file() and path.stat().st_size:
         con.execute(f"CREATE OR REPLACE TABLE {name} AS SELECT * FROM read_json_auto({_sql_str(path.as_posix())})")
     else:
         con.execute(f"CREATE OR REPLACE TABLE {name} ({empty_columns})")
@@ -323,9 +339,9 @@ def refresh_runs(settings: Settings) -> bool:
     """
     import duckdb
 
-    final = storage.of(settings).analytics_db
-    history = storage.of(settings).runs_dir / HISTORY_FILE
-    if not (final.is_file() and history.is_file()):
+    data = storage.of(settings)
+    final = data.analytics_db
+    if not final.is_file() or (not data.remote and not (data.root / storage.HISTORY).is_file()):
         return False
     before = final.stat()
     tmp = final.with_name(f".{DB_NAME}.{os.getpid()}.runs.tmp")
@@ -333,7 +349,7 @@ def refresh_runs(settings: Settings) -> bool:
     try:
         con = duckdb.connect(str(tmp))
         try:
-            _ledger(con, "runs", history, RUNS_COLUMNS)
+            _ledger(con, "runs", data, storage.HISTORY, RUNS_COLUMNS)
         finally:
             con.close()
         after = final.stat()

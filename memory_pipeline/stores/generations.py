@@ -20,7 +20,6 @@ import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from pathlib import Path
 
 from memory_pipeline import storage
 from memory_pipeline.errors import StoreError
@@ -29,10 +28,6 @@ from memory_pipeline.stores.lance import VectorStore
 
 POINTER = "generations.json"
 IDENTITY_KEYS = ("provider", "model", "dims", "provider_key")
-
-
-def _path(settings: Settings) -> Path:
-    return storage.of(settings).generations_pointer
 
 
 def _now() -> str:
@@ -45,25 +40,29 @@ def _empty() -> dict:
 
 def load(settings: Settings) -> dict:
     """The pointer as it is on disk (an empty one when there is none yet)."""
-    path = _path(settings)
-    if not path.is_file():
-        return _empty()
+    data = storage.of(settings)
     try:
-        return _empty() | json.loads(path.read_text())
+        text = data.read_text(storage.GENERATIONS)
+        return _empty() if text is None else _empty() | json.loads(text)
     except (OSError, ValueError) as err:
-        raise StoreError(f"cannot read the generation pointer {path}: {err}") from err
+        raise StoreError(f"cannot read the generation pointer {data.where(storage.GENERATIONS)}: {err}") from err
 
 
 def _save(settings: Settings, state: dict) -> None:
-    storage.write_text(_path(settings), json.dumps(state, indent=2, sort_keys=True))  # the switch is this one rename
+    # The switch is this one write: a rename on disk, one PUT on object storage.
+    storage.of(settings).write_text(storage.GENERATIONS, json.dumps(state, indent=2, sort_keys=True))
 
 
 @contextmanager
 def _locked(settings: Settings) -> Iterator[dict]:
-    """Read-modify-write the pointer under an exclusive lock (parallel partition runs share it)."""
-    pointer = _path(settings)
-    pointer.parent.mkdir(parents=True, exist_ok=True)
-    with open(pointer.with_name(POINTER + ".lock"), "w") as lock:
+    """Read-modify-write the pointer under an exclusive lock (parallel partition runs share it).
+
+    The lock is a local file: on object storage it orders this machine's runs, and a
+    generation switch (a model change) is best made from one machine.
+    """
+    folder = storage.of(settings).locks_dir
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / (POINTER + ".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             state = load(settings)

@@ -172,6 +172,10 @@ class VectorStore:
         if self._db is None:
             import lancedb
 
+            if "://" in self.uri:
+                from memory_pipeline.storage import object_store
+
+                object_store()  # the AWS variables checked once, with the same one-line errors as the assets'
             self._db = lancedb.connect(self.uri)
         return self._db
 

@@ -91,8 +91,9 @@ def test_status_reports_provider_table_sources_cache_last_run(indexed):
     assert out["sources"]["mem"]["indexed_files"] == 17
     assert out["cache"]["entries"] >= out["table"]["rows"] - 5
     assert out["last_run"]["files_seen"] == 17
+    assert out["data_dir"] == str((cfg.parent / "index").resolve()) and "local_dir" not in out
     human = run_cli("status", "--config", str(cfg))
-    assert "provider: local / all-MiniLM-L6-v2" in human.stdout
+    assert "provider: local / all-MiniLM-L6-v2" in human.stdout and f"data:     {(cfg.parent / 'index').resolve()}" in human.stdout
 
 
 def test_scan_verbose_lists_files(indexed):

@@ -1,0 +1,95 @@
+"""``data_dir: s3://…``: what the settings accept and refuse, and where each part lives.
+
+No server here (``scale/test_object_storage.py`` runs every command against one): the URL
+checks, the split between the bucket and this machine's ``local_dir``, and the AWS variables
+read for the object store.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from memory_pipeline import storage
+from memory_pipeline.errors import ConfigError
+from memory_pipeline.settings import settings_from_dict
+
+SOURCES = [{"name": "mem", "path": "mem"}]
+
+
+def _settings(tmp_path: Path, **raw):
+    return settings_from_dict({"sources": SOURCES, **raw}, base_dir=tmp_path)
+
+
+def test_an_s3_data_dir_keeps_the_shared_part_in_the_bucket_and_the_rest_local(tmp_path: Path):
+    s = _settings(tmp_path, data_dir="s3://team-memory/agents/", local_dir="here")
+    data = storage.of(s)
+    assert s.data_dir == "s3://team-memory/agents"  # normalised: no trailing slash
+    assert data.remote == "s3://team-memory/agents" and data.location == "s3://team-memory/agents"
+    assert data.lancedb_uri == "s3://team-memory/agents/lancedb"
+    assert data.asset_location("memory_chunks") == "s3://team-memory/agents/assets/memory_chunks"
+    assert data.where(storage.GENERATIONS) == "s3://team-memory/agents/generations.json"
+    assert data.root == (tmp_path / "here").resolve()
+    assert data.cache_path == data.root / "cache" / "embeddings.sqlite"
+    assert data.analytics_db.parent == data.root and data.locks_dir.is_relative_to(data.root)
+
+
+def test_a_local_data_dir_is_unchanged(tmp_path: Path):
+    data = storage.of(_settings(tmp_path, data_dir="idx"))
+    assert data.remote == "" and data.root == (tmp_path / "idx").resolve()
+    assert data.lancedb_uri == str(data.root / "lancedb") and data.location == str(data.root)
+    assert data.asset_location("source_files") == str(data.root / "assets" / "source_files")
+
+
+def test_the_default_local_dir_follows_xdg_cache_home(tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    data = storage.of(_settings(tmp_path, data_dir="s3://b/p/q"))
+    assert data.root == tmp_path / "xdg" / "memory_pipeline" / "s3" / "b" / "p" / "q"
+
+
+def test_the_object_store_reads_the_aws_variables_and_refuses_plain_http_unless_allowed(monkeypatch):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("AWS_REGION", "eu-west-1")
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
+    monkeypatch.delenv("AWS_ALLOW_HTTP", raising=False)
+    with pytest.raises(ConfigError, match="AWS_ALLOW_HTTP"):
+        storage.object_store()
+    monkeypatch.setenv("AWS_ALLOW_HTTP", "true")
+    fs = storage.object_store()
+    assert fs.type_name == "s3" and fs.region == "eu-west-1"
+
+
+# The userinfo part of a URL: anything a user might paste, with the secret in it.
+_secret = st.text(alphabet=st.characters(min_codepoint=48, max_codepoint=122, categories=("Lu", "Ll", "Nd")), min_size=6, max_size=30)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    key=_secret,
+    secret=_secret,
+    bucket=st.from_regex(r"[a-z0-9][a-z0-9-]{2,20}", fullmatch=True),
+    prefix=st.from_regex(r"(/[a-z0-9_-]{1,10}){0,3}", fullmatch=True),
+)
+def test_credentials_in_the_url_are_refused_and_never_echoed(tmp_path_factory, key: str, secret: str, bucket: str, prefix: str):
+    base = tmp_path_factory.getbasetemp()
+    for url in (f"s3://{key}:{secret}@{bucket}{prefix}", f"s3://{secret}@{bucket}{prefix}"):
+        with pytest.raises(ConfigError) as err:
+            _settings(base, data_dir=url)
+        text = str(err.value) + (getattr(err.value, "hint", "") or "")
+        # Refused by the secrets guard (any key: "looks like an API key or secret") or by the URL check.
+        assert "data_dir" in text and ("credentials" in text or "secret" in text)
+        assert secret not in text
+    ok = _settings(base, data_dir=f"s3://{bucket}{prefix}")
+    assert ok.data_dir == f"s3://{bucket}{prefix}".rstrip("/")
+
+
+@pytest.mark.parametrize(
+    "url, expect", [("s3://", "bucket"), ("s3:///x", "bucket"), ("s3://b/x?versionId=1", "query"), ("gs://b/x", "s3://"), ("file:///tmp/x", "s3://")]
+)
+def test_odd_urls_name_the_key_and_the_fix(tmp_path: Path, url: str, expect: str):
+    with pytest.raises(ConfigError) as err:
+        _settings(tmp_path, data_dir=url)
+    assert "data_dir" in str(err.value) and expect in str(err.value)
