@@ -21,6 +21,21 @@ def table_rows(data_dir: Path, columns=("chunk_id", "path", "text", "content_has
     return sorted(table.to_pylist(), key=lambda r: tuple(str(r[c]) for c in columns if c != "vector"))
 
 
+def remote_table_rows(uri: str, env: dict, columns=("chunk_id", "path", "text", "content_hash")) -> list[dict]:
+    """:func:`table_rows` of a table on object storage, reached with the AWS variables in ``env``."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        table = lancedb.connect(uri).open_table("memory_vectors").to_arrow().select(list(columns))
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return sorted(table.to_pylist(), key=lambda r: tuple(str(r[c]) for c in columns if c != "vector"))
+
+
 def _drop_file_read_override() -> None:  # pragma: no cover - runs in the child
     """Drop root's CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH so file permissions apply to it."""
     from memory_pipeline_tests.zygote import _drop_file_read_override as drop

@@ -1,11 +1,13 @@
 """Dagster for more than one machine (issue 16): the instance on PostgreSQL, each step a Celery task.
 
 Real services on 127.0.0.1, started by the test: PostgreSQL (Debian's package) holds the Dagster
-instance, Redis is the Celery broker, two `dagster-celery` workers (one process each) run the
+instance, Redis is the Celery broker, an S3 server (moto's server mode) holds the data folder
+(``data_dir: s3://…``: table, assets, run records), two `dagster-celery` workers (one process
+each, each with its own ``local_dir``: its own embedding cache, as on separate machines) run the
 steps, a `dagster code-server` serves the definitions, and `dagster job backfill` launches a
-16-shard backfill of a generated folder, as an operator would. The table it builds must equal a
-plain single-process `memory index` of the same folder: same chunk ids, texts and vectors. The
-asset checks pass, and a second backfill embeds nothing.
+16-shard backfill of a generated folder, as an operator would. The table it builds in the bucket
+must equal a plain single-process `memory index` of the same folder on local disk: same chunk
+ids, texts and vectors. The asset checks pass, and a second backfill embeds nothing.
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ import yaml
 
 from memory_pipeline.discovery import SHARD_KEYS, shard_of
 from memory_pipeline_tests.conftest import write_config
-from memory_pipeline_tests.helpers import REPO, default_sigint, free_port, run_cli, stop_group, table_rows
-from memory_pipeline_tests.services import postgres_server, redis_server
+from memory_pipeline_tests.helpers import REPO, default_sigint, free_port, remote_table_rows, run_cli, stop_group, table_rows
+from memory_pipeline_tests.services import postgres_server, redis_server, s3_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.longest]
 
@@ -129,16 +131,19 @@ def _check_results(instance, runs: list) -> dict[str, set[bool]]:
     return results
 
 
-def test_backfill_on_postgres_through_two_celery_workers_equals_a_local_run(tmp_path: Path):
+def test_backfill_on_postgres_through_two_celery_workers_into_s3_equals_a_local_run(tmp_path: Path):
     import dagster as dg
 
     files = _folder(tmp_path / "mem")
     reference = write_config(tmp_path / "reference.yaml", data_dir="reference")
     local = run_cli("index", "--config", str(reference))
     assert local.returncode == 0, local.stderr
-    config = write_config(tmp_path / "memory_pipeline.yaml", data_dir="shared")
+    bucket_dir = "s3://memory/shared"
+    config = write_config(tmp_path / "memory_pipeline.yaml", data_dir=bucket_dir, local_dir="local-code")
+    # The same configuration on each worker "machine", but for where its own part lives.
+    worker_configs = {n: write_config(tmp_path / f"worker-{n}.yaml", data_dir=bucket_dir, local_dir=f"local-{n}") for n in (1, 2)}
 
-    with postgres_server() as pg, redis_server() as broker:
+    with postgres_server() as pg, redis_server() as broker, s3_server("memory") as s3:
         home = tmp_path / "dagster_home"
         home.mkdir()
         # psycopg2 (dagster-postgres's driver) named in the URL: SQLAlchemy 2.1 would pick psycopg 3.
@@ -158,12 +163,16 @@ def test_backfill_on_postgres_through_two_celery_workers_equals_a_local_run(tmp_
             "HF_HUB_OFFLINE": "1",
             "DAGSTER_DISABLE_TELEMETRY": "1",
             "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",  # dagster-celery starts `celery`
+            **s3,  # the object store's endpoint and test keys, as AWS variables
         }
         celery_yaml = tmp_path / "celery.yaml"
         celery_yaml.write_text(yaml.safe_dump({"execution": {"config": {"broker": broker, "backend": broker}}}))
         procs: list[subprocess.Popen] = []
         logs = {name: tmp_path / f"{name}.log" for name in ("worker-1", "worker-2", "code-server")}
         port = free_port()
+        # The instance's tables made once, before any process opens it: workers starting together
+        # would race to create them (one loses with a duplicate-table error).
+        dg.DagsterInstance.from_config(str(home)).dispose()
         try:
             for n in (1, 2):
                 with logs[f"worker-{n}"].open("w") as out:
@@ -171,7 +180,8 @@ def test_backfill_on_postgres_through_two_celery_workers_equals_a_local_run(tmp_
                         subprocess.Popen(
                             [str(BIN / "dagster-celery"), "worker", "start", "-A", "dagster_celery.app", "-y", str(celery_yaml), "-n", f"memory-{n}@%h",
                              "-l", "info", "--", "--concurrency=1"],
-                            cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=default_sigint,
+                            cwd=REPO, env={**env, "MEMORY_PIPELINE_CONFIG": str(worker_configs[n])}, stdout=out, stderr=subprocess.STDOUT,
+                            start_new_session=True, preexec_fn=default_sigint,
                         )
                     )  # fmt: skip
             with logs["code-server"].open("w") as out:
@@ -194,11 +204,14 @@ def test_backfill_on_postgres_through_two_celery_workers_equals_a_local_run(tmp_
         for n in (1, 2):
             text = logs[f"worker-{n}"].read_text()
             assert text.count("succeeded in") >= 1, f"worker {n} ran no step:\n{text[-3000:]}"
-
-    # The table equals the single-process one: same chunk ids, texts and vectors.
-    columns = ("chunk_id", "text", "vector")
-    ours = table_rows(tmp_path / "shared", columns=columns)
+        # The table in the bucket equals the single-process local one: same chunk ids, texts and vectors.
+        columns = ("chunk_id", "text", "vector")
+        ours = remote_table_rows(f"{bucket_dir}/lancedb", s3, columns=columns)
     theirs = table_rows(tmp_path / "reference", columns=columns)
+    # The shared part went to the bucket; each worker kept its own cache on its own disk.
+    for n in (1, 2):
+        assert (tmp_path / f"local-{n}" / "cache" / "embeddings.sqlite").is_file()
+        assert not (tmp_path / f"local-{n}" / "lancedb").exists() and not (tmp_path / f"local-{n}" / "assets").exists()
     assert len(ours) == len(theirs) >= sum(files.values())  # every file, one chunk or more each
     assert [(r["chunk_id"], r["text"]) for r in ours] == [(r["chunk_id"], r["text"]) for r in theirs]
     np.testing.assert_allclose(np.array([r["vector"] for r in ours]), np.array([r["vector"] for r in theirs]), atol=1e-4)

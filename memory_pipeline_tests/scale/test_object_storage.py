@@ -12,11 +12,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import lancedb
 import pytest
 
 from memory_pipeline_tests.conftest import write_config
-from memory_pipeline_tests.helpers import run_cli, table_rows
+from memory_pipeline_tests.helpers import remote_table_rows, run_cli, table_rows
 from memory_pipeline_tests.services import s3_server
 
 pytestmark = [pytest.mark.slow]
@@ -49,23 +48,6 @@ def _objects(env: dict, bucket: str) -> dict[str, bytes]:
     return out
 
 
-def _remote_rows(env: dict, uri: str, columns=("chunk_id", "path", "text", "content_hash")) -> list[dict]:
-    import os
-
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        db = lancedb.connect(uri)
-        table = db.open_table("memory_vectors").to_arrow().select(list(columns))
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-    return sorted(table.to_pylist(), key=lambda r: tuple(str(r[c]) for c in columns))
-
-
 def test_every_command_works_on_an_s3_data_dir_and_equals_a_local_run(tmp_path: Path):
     _write(tmp_path / "mem", NOTES)
     reference = write_config(tmp_path / "reference.yaml", data_dir="reference")
@@ -93,7 +75,7 @@ def test_every_command_works_on_an_s3_data_dir_and_equals_a_local_run(tmp_path: 
         assert not [p for p in local.rglob("*") if p.is_file() and secret in p.read_bytes()]
 
         # The same table as a local run of the same folder.
-        ours = _remote_rows(env, "s3://memory/team/agents/lancedb")
+        ours = remote_table_rows("s3://memory/team/agents/lancedb", env)
         assert ours == table_rows(tmp_path / "reference")
 
         found = run_cli("search", "where is the planning retreat", "--config", str(cfg), "--json", env=env)
@@ -112,7 +94,24 @@ def test_every_command_works_on_an_s3_data_dir_and_equals_a_local_run(tmp_path: 
         runs = run_cli("analytics", "--config", str(cfg), "--sql", "SELECT count(*) AS n FROM runs", "--json", env=env)
         assert runs.returncode == 0 and '"n": 1' in runs.stdout.replace(" ", " "), runs.stdout + runs.stderr
         scan = run_cli("scan", "--config", str(cfg), env=env)
-        assert scan.returncode == 0, scan.stderr
+        assert scan.returncode == 0 and "Found 4 text files" in scan.stdout, scan.stdout + scan.stderr
+        # eval builds its own throw-away index; with this config it ranks as with a local one.
+        corpus, queries, qrels = tmp_path / "corpus.jsonl", tmp_path / "queries.jsonl", tmp_path / "qrels.tsv"
+        corpus.write_text(
+            "".join(
+                json.dumps({"_id": d, "title": "", "text": t}) + "\n" for d, t in [("A", "alpha alpha alpha"), ("B", "alpha beta zeta eta"), ("C", "gamma")]
+            )
+        )
+        queries.write_text("".join(json.dumps({"_id": q, "text": t}) + "\n" for q, t in [("q1", "alpha"), ("q2", "gamma")]))
+        qrels.write_text("query-id\tcorpus-id\tscore\nq1\tA\t1\nq2\tC\t1\n")
+        scores = []
+        for config in (cfg, reference):
+            ev = run_cli(
+                "eval", "--config", str(config), "--corpus", str(corpus), "--queries", str(queries), "--qrels", str(qrels), "--mode", "fts", "--json", env=env
+            )
+            assert ev.returncode == 0, ev.stderr
+            scores.append(json.loads(ev.stdout)["modes"]["fts"]["ndcg@10"])
+        assert scores[0] == scores[1] == 1.0
 
         # Nothing changed: nothing embedded. A change and a deletion reach the bucket's table.
         again = run_cli("index", "--config", str(cfg), "--json", env=env)
@@ -121,7 +120,7 @@ def test_every_command_works_on_an_s3_data_dir_and_equals_a_local_run(tmp_path: 
         (tmp_path / "mem" / "notes/2026-03-02.md").unlink()
         changed = run_cli("index", "--config", str(cfg), "--json", env=env)
         assert changed.returncode == 0, changed.stderr
-        paths = {r["path"] for r in _remote_rows(env, "s3://memory/team/agents/lancedb")}
+        paths = {r["path"] for r in remote_table_rows("s3://memory/team/agents/lancedb", env)}
         assert "notes/2026-03-02.md" not in paths and "notes/2026-03-04.md" in paths
         moved = run_cli("search", "ops team in April", "--mode", "fts", "--config", str(cfg), "--json", env=env)
         assert json.loads(moved.stdout)["results"][0]["path"].endswith("notes/2026-03-04.md")
