@@ -63,6 +63,12 @@ def show(config: str | None, key: str | None = None, *, as_json: bool = False) -
     cfg_path = resolve_config_path(config)
     settings = load_settings(cfg_path)
     data: Any = settings_as_dict(settings)
+    if isinstance(settings.data_dir, str):  # object storage: the local folder actually used, default or not
+        from memory_pipeline import storage
+
+        data["local_dir"] = str(storage.of(settings).root)
+    else:
+        data.pop("local_dir", None)  # only meaningful with an s3:// data_dir
     raw = parse_yaml(read_config_text(cfg_path), str(cfg_path)) or {}
     _paths_as_written(data, raw)
     data = _masked(data)
@@ -78,8 +84,9 @@ def show(config: str | None, key: str | None = None, *, as_json: bool = False) -
 
 def _paths_as_written(data: dict, raw: dict) -> None:
     """Paths whose text uses environment variables: as written, not expanded."""
-    if isinstance(raw.get("data_dir"), str) and "$" in raw["data_dir"]:
-        data["data_dir"] = raw["data_dir"]
+    for key in ("data_dir", "local_dir"):
+        if isinstance(raw.get(key), str) and "$" in raw[key]:
+            data[key] = raw[key]
     raw_sources = raw.get("sources")
     for i, src in enumerate(data.get("sources", [])):
         item = raw_sources[i] if isinstance(raw_sources, list) and i < len(raw_sources) else None

@@ -398,11 +398,12 @@ class Settings:
     def _data_dir(cls, value: Any, info: ValidationInfo) -> Any:
         from memory_pipeline import storage
 
-        if isinstance(value, str) and "://" in value:
-            if not storage.is_url(value):
+        if isinstance(value, str) and "://" in os.path.expandvars(value):
+            url = os.path.expandvars(value)  # data_dir: ${MEMORY_BUCKET}/agents
+            if not storage.is_url(url):
                 raise _bad("must be a folder or an s3://bucket/prefix URL")
             try:
-                return storage.check_url(value)
+                return storage.check_url(url)
             except ValueError as err:
                 raise _bad(str(err)) from None
         return _path(value, info)
@@ -439,6 +440,8 @@ class Settings:
 
     @model_validator(mode="after")
     def _across_sections(self) -> Settings:
+        if self.local_dir is not None and not isinstance(self.data_dir, str):
+            raise _bad("is only for an s3:// data_dir (a local data_dir holds everything itself)", sub=("local_dir",))
         if self.multimodal.native and self.multimodal.enabled:
             _check_native(self.provider, self.model)
         if self.fallback is not None and self.fallback == self.provider:

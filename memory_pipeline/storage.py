@@ -28,7 +28,9 @@ profile), never from the YAML. What belongs to one machine stays on local disk u
 ``local_dir`` (default ``$XDG_CACHE_HOME/memory_pipeline/s3/<bucket>/<prefix>``): the embedding
 cache (a cache: nothing depends on it), the batch job store, the Dagster instance of ``memory
 index``, the locks, ``analytics.duckdb`` (its tables copied from the store) and ``server.json``.
-An object is written with one PUT, which S3 makes visible whole, so writes stay atomic there too.
+An object becomes visible whole or not at all (multipart uploads included), so writes stay atomic
+there too; a shared JSON file that several writers change (the generation pointer) is updated
+with conditional writes (:meth:`DataStore.update_json`), since a lock file orders one machine only.
 
 The same files are read and written as polars DataFrames (:meth:`DataStore.read_frame`,
 :meth:`DataStore.write_frame`, :meth:`DataStore.frames`), which is how the Dagster IO
@@ -42,14 +44,15 @@ from __future__ import annotations
 import json
 import logging
 import os
+import random
 import re
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
@@ -88,6 +91,9 @@ def locate(name: str) -> tuple[str, str]:
         return name, ""
     raise ValueError(f"unknown asset {name}")
 
+
+T = TypeVar("T")
+_CAS_ATTEMPTS = 30
 
 # The shared small files, by key (a path relative to the data folder, or to the bucket prefix).
 GENERATIONS = "generations.json"
@@ -340,6 +346,45 @@ class DataStore:
         text = self.read_text(key)
         return None if text is None else json.loads(text)
 
+    def update_json(self, key: str, change: Callable[[dict], T], default: Callable[[], dict]) -> T:
+        """Read-modify-write a shared JSON file without losing a concurrent writer's change.
+
+        ``change(state)`` edits the state in place and returns a value, which this returns; the
+        file is written only when the state changed. On disk: under an exclusive lock (a local
+        lock file). On object storage, where a lock file would order one machine only: a
+        conditional PUT (``If-Match`` the ETag that was read, ``If-None-Match: *`` for a new
+        file); when another writer got there first, the file is read again and ``change`` applied
+        again, so ``change`` must have no side effects outside the state. ValueError: the file is
+        not JSON.
+        """
+        if not self.remote:
+            import fcntl
+
+            self.locks_dir.mkdir(parents=True, exist_ok=True)
+            with open(self.locks_dir / (key.replace("/", "_") + ".lock"), "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                text = self.read_text(key)
+                state = default() | (json.loads(text) if text else {})
+                before = json.dumps(state, sort_keys=True)
+                result = change(state)
+                if json.dumps(state, sort_keys=True) != before:
+                    self.write_json(key, state)
+                return result
+        client, bucket, name = _s3_client(), *self._bucket_key(key)
+        for attempt in range(_CAS_ATTEMPTS):
+            text, etag = _get_versioned(client, bucket, name)
+            state = default() | (json.loads(text) if text else {})
+            before = json.dumps(state, sort_keys=True)
+            result = change(state)
+            if json.dumps(state, sort_keys=True) == before or _put_if(client, bucket, name, json.dumps(state, indent=2, sort_keys=True), etag):
+                return result
+            time.sleep(min(2.0, 0.05 * 2**attempt) * (0.5 + random.random()))  # another writer won: read again
+        raise OSError(f"{self.where(key)} kept changing under {_CAS_ATTEMPTS} attempts to update it")
+
+    def _bucket_key(self, key: str) -> tuple[str, str]:
+        bucket, _, prefix = self.remote.removeprefix("s3://").partition("/")
+        return bucket, f"{prefix}/{key}" if prefix else key
+
     def append_line(self, key: str, line: str) -> None:
         """Add one line to a ledger. On disk: O_APPEND (parallel writers never interleave within
         a line). On object storage, which cannot append: one object per line under
@@ -361,18 +406,23 @@ class DataStore:
     def read_lines(self, key: str) -> list[str]:
         """A ledger's lines, oldest first (empty when there is none yet)."""
         if self.remote:
+            from concurrent.futures import ThreadPoolExecutor
+
             from pyarrow import fs as pafs
 
             store, folder = self._object(f"{key}.d")
             infos = store.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
-            lines = []
-            for info in sorted((i for i in infos if i.type == pafs.FileType.File), key=lambda i: i.base_name):
+            paths = [i.path for i in sorted((i for i in infos if i.type == pafs.FileType.File), key=lambda i: i.base_name)]
+
+            def fetch(path: str) -> str | None:
                 try:
-                    with store.open_input_stream(info.path) as fh:
-                        lines.append(fh.read().decode().rstrip("\n"))
+                    with store.open_input_stream(path) as fh:
+                        return fh.read().decode().rstrip("\n")
                 except FileNotFoundError:
-                    continue  # pruned meanwhile
-            return lines
+                    return None  # removed meanwhile
+
+            with ThreadPoolExecutor(max_workers=16) as pool:  # one GET per line: fetched side by side
+                return [line for line in pool.map(fetch, paths) if line is not None]
         text = self.read_text(key)
         return [] if not text else text.splitlines()
 
@@ -418,18 +468,22 @@ def of(settings: Settings) -> DataStore:
 
 def is_url(value: str) -> bool:
     """Whether a ``data_dir`` names object storage (``s3://…``) rather than a folder."""
-    return urlsplit(value).scheme in URL_SCHEMES
+    return urlsplit(value).scheme.lower() in URL_SCHEMES
 
 
 def check_url(value: str) -> str:
     """An ``s3://bucket/prefix`` data_dir, checked: a bucket, no credentials, no query. ValueError otherwise."""
-    parts = urlsplit(value)
+    parts = urlsplit(value.strip())
     if parts.username or parts.password or "@" in parts.netloc:
         raise ValueError("must not carry credentials: they come from the AWS environment variables or profile")
     if not parts.netloc:
         raise ValueError("needs a bucket: s3://bucket/prefix")
-    if parts.query or parts.fragment:
+    if parts.query or parts.fragment or value.rstrip().endswith(("?", "#")):
         raise ValueError("takes no query or fragment: s3://bucket/prefix")
+    body = parts.path.removeprefix("/").rstrip("/")
+    segments = body.split("/") if body else []
+    if any(seg in ("", ".", "..") for seg in segments):
+        raise ValueError("has an empty, '.' or '..' path segment: s3://bucket/prefix")
     return f"s3://{parts.netloc}{parts.path.rstrip('/')}"
 
 
@@ -471,6 +525,45 @@ def object_store() -> pafs.FileSystem:
     return _object_store(endpoint.strip(), region.strip(), env.get("AWS_ALLOW_HTTP", "").strip().lower() in _TRUE)
 
 
+os.register_at_fork(after_in_child=_object_store.cache_clear)  # a forked worker makes its own connections
+
+
+def _s3_client():
+    """boto3's S3 client (conditional writes, which pyarrow's file system does not offer);
+    the endpoint, region and keys from the same AWS variables and chain."""
+    import boto3
+
+    object_store()  # the same checks (AWS_ALLOW_HTTP) and one-line errors first
+    env = os.environ
+    endpoint = (env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or "").strip() or None
+    region = (env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "").strip() or None
+    return boto3.client("s3", endpoint_url=endpoint, region_name=region)
+
+
+def _get_versioned(client, bucket: str, key: str) -> tuple[str | None, str | None]:
+    """An object's text and ETag; (None, None) when it does not exist."""
+    try:
+        got = client.get_object(Bucket=bucket, Key=key)
+    except client.exceptions.NoSuchKey:
+        return None, None
+    return got["Body"].read().decode(), got["ETag"]
+
+
+def _put_if(client, bucket: str, key: str, text: str, etag: str | None) -> bool:
+    """Write the object if it is still the version read (``etag``; None: if it still does not
+    exist); False when another writer changed it first."""
+    from botocore.exceptions import ClientError
+
+    condition = {"IfMatch": etag} if etag else {"IfNoneMatch": "*"}
+    try:
+        client.put_object(Bucket=bucket, Key=key, Body=text.encode(), **condition)
+    except ClientError as err:
+        if err.response.get("Error", {}).get("Code") in ("PreconditionFailed", "ConditionalRequestConflict", "412", "409"):
+            return False
+        raise
+    return True
+
+
 def lance_storage_options() -> dict[str, str]:
     """What LanceDB needs beyond the AWS variables it reads itself (none, when those suffice)."""
     return {}
@@ -498,19 +591,25 @@ def read_object_parquet(store: pafs.FileSystem, path: str, schema: pa.Schema | N
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    empty = schema.empty_table() if schema is not None else pa.table({})
+    # Fetched first, and apart: a network error, throttling or a denied read is raised as it is
+    # (never mistaken for a damaged file, which would be set aside and its work redone).
     try:
-        with store.open_input_file(path) as fh:
-            table = pq.read_table(fh)
+        with store.open_input_stream(path) as fh:
+            data = fh.read()
     except FileNotFoundError:
-        return schema.empty_table() if schema is not None else pa.table({})
+        return empty
+    try:
+        table = pq.read_table(pa.BufferReader(data))
     except (pa.ArrowException, OSError, ValueError) as err:
         aside = f"{path}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}"
         try:
-            store.move(path, aside)
-        except OSError:
+            store.copy_file(path, aside)
+            store.delete_file(path)
+        except (pa.ArrowException, OSError):
             pass
         log.warning("s3://%s is damaged (%s); moved aside to %s and rebuilt", path, type(err).__name__, aside.rsplit("/", 1)[-1])
-        return schema.empty_table() if schema is not None else pa.table({})
+        return empty
     return table if schema is None else conform(table, schema)
 
 

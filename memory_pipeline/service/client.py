@@ -28,7 +28,7 @@ def config_and_data_dir(config: str | None) -> tuple[Path, Path] | None:
     (``data_dir``; with an ``s3://`` data_dir, ``local_dir`` or its default), read as plain YAML."""
     import yaml
 
-    from memory_pipeline.storage import default_local_dir, is_url
+    from memory_pipeline.storage import check_url, default_local_dir, is_url
 
     path = Path(config or os.environ.get("MEMORY_PIPELINE_CONFIG") or "memory_pipeline.yaml").expanduser()
     try:
@@ -39,13 +39,17 @@ def config_and_data_dir(config: str | None) -> tuple[Path, Path] | None:
     if not isinstance(data_dir, str):
         return None
     path = path.resolve()
-    if "://" in data_dir:
-        if not is_url(data_dir):
-            return None
+    if "://" in os.path.expandvars(data_dir):
+        try:
+            url = check_url(os.path.expandvars(data_dir)) if is_url(os.path.expandvars(data_dir)) else None
+        except ValueError:
+            url = None
+        if url is None:
+            return None  # the full CLI says what is wrong with it
         local = raw.get("local_dir")
         if isinstance(local, str) and local:
             return path, (path.parent / Path(os.path.expandvars(local)).expanduser()).resolve()
-        return path, default_local_dir(data_dir.rstrip("/"))
+        return path, default_local_dir(url)
     return path, (path.parent / Path(data_dir).expanduser()).resolve()
 
 

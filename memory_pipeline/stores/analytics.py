@@ -33,7 +33,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from memory_pipeline import storage
-from memory_pipeline.models import EXTRACTION_STATUS_SCHEMA, INDEXED_STATE_SCHEMA, MANIFEST_SCHEMA
+from memory_pipeline.models import CHUNKS_SCHEMA, EXTRACTION_STATUS_SCHEMA, INDEXED_STATE_SCHEMA, MANIFEST_SCHEMA
 from memory_pipeline.providers.pricing import estimate_usd, price_rows, usd_per_mtok
 from memory_pipeline.settings import Settings
 from memory_pipeline.stores.lance import FTS_COLUMN, VectorStore
@@ -271,7 +271,8 @@ def refresh_analytics(settings: Settings, model: str, table_name: str | None = N
         chunk_files = data.partition_files("memory_chunks")
         if chunk_files and data.remote:
             # Object storage: a copy of the chunks (without the embedding text), as for the other assets.
-            chunks = pa.concat_tables([data.read_file(f, None).drop_columns(["embed_text"]) for f in chunk_files], promote_options="default")  # noqa: F841
+            keep = pa.schema([f for f in CHUNKS_SCHEMA if f.name != "embed_text"])
+            chunks = pa.concat_tables([data.read_file(f, keep) for f in chunk_files])  # noqa: F841 - read by DuckDB
             con.execute("CREATE TABLE memory_chunks AS SELECT * FROM chunks")
         elif chunk_files:
             # Relative to the data folder (see the module docstring); bound once here, from that folder.

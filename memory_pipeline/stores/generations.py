@@ -1,12 +1,14 @@
 """Table generations: a model change never mixes vectors, and search never goes dark.
 
 Each embedding identity (provider, model, dims, provider key) gets its own LanceDB
-table, a *generation*. A pointer file, ``data_dir/generations.json`` (written to a temp
-file and renamed, under a lock), names the ``current`` generation, the one searches
-read, and the one being ``building`` when the configured identity changed. Index runs
-write to the generation of the configured identity; when that one is building and
-every file is in it, the pointer switches in one rename. Previous generations stay
-(``memory generations``) for ``rollback`` until ``prune``.
+table, a *generation*. A pointer file, ``data_dir/generations.json`` (written whole: a temp
+file renamed under a lock on disk, a conditional PUT on object storage, so concurrent
+writers on any machine never lose each other's change), names the ``current`` generation,
+the one searches read, and the one being ``building`` when the configured identity changed.
+Index runs write to the generation of the configured identity; when that one is building
+and every file is in it, the pointer switches in one write. A run that changes nothing
+writes nothing. Previous generations stay (``memory generations``) for ``rollback`` until
+``prune``; tables are dropped only after the pointer that no longer names them is written.
 
 The first generation keeps the configured ``table_name``; later ones are
 ``<table_name>__g<N>``. An index built before generations existed (a table, no
@@ -15,11 +17,10 @@ pointer) is adopted as the current generation.
 
 from __future__ import annotations
 
-import fcntl
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import TypeVar
 
 from memory_pipeline import storage
 from memory_pipeline.errors import StoreError
@@ -27,6 +28,7 @@ from memory_pipeline.settings import Settings
 from memory_pipeline.stores.lance import VectorStore
 
 POINTER = "generations.json"
+T = TypeVar("T")
 IDENTITY_KEYS = ("provider", "model", "dims", "provider_key")
 
 
@@ -48,28 +50,24 @@ def load(settings: Settings) -> dict:
         raise StoreError(f"cannot read the generation pointer {data.where(storage.GENERATIONS)}: {err}") from err
 
 
-def _save(settings: Settings, state: dict) -> None:
-    # The switch is this one write: a rename on disk, one PUT on object storage.
-    storage.of(settings).write_text(storage.GENERATIONS, json.dumps(state, indent=2, sort_keys=True))
+def _update(settings: Settings, change: Callable[[dict, list[str]], T]) -> T:
+    """Apply ``change(state, drops)`` to the pointer without losing a concurrent writer's change
+    (parallel partition runs, here or on other machines, share it: ``DataStore.update_json``);
+    the tables ``change`` lists in ``drops`` are dropped once the new pointer is written."""
+    data = storage.of(settings)
+    drops: list[str] = []
 
+    def apply(state: dict) -> T:
+        drops.clear()  # applied again when another writer got there first
+        return change(state, drops)
 
-@contextmanager
-def _locked(settings: Settings) -> Iterator[dict]:
-    """Read-modify-write the pointer under an exclusive lock (parallel partition runs share it).
-
-    The lock is a local file: on object storage it orders this machine's runs, and a
-    generation switch (a model change) is best made from one machine.
-    """
-    folder = storage.of(settings).locks_dir
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / (POINTER + ".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            state = load(settings)
-            yield state
-            _save(settings, state)
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    try:
+        result = data.update_json(storage.GENERATIONS, apply, _empty)
+    except ValueError as err:
+        raise StoreError(f"cannot read the generation pointer {data.where(storage.GENERATIONS)}: {err}") from err
+    for name in drops:
+        _drop(settings, name)
+    return result
 
 
 def _same(record: dict, meta: dict) -> bool:
@@ -91,29 +89,33 @@ def _adopt_legacy(settings: Settings, state: dict) -> None:
 
 def write_target(settings: Settings, meta: dict) -> tuple[str, bool]:
     """The table an index run with this identity writes to, and whether it is a building generation."""
-    with _locked(settings) as state:
-        _adopt_legacy(settings, state)
-        gens = state["generations"]
-        if state["current"] is None:
-            gens[settings.table_name] = {k: meta[k] for k in IDENTITY_KEYS} | {"number": 1, "created_at": _now()}
-            state["current"] = settings.table_name
-            return settings.table_name, False
-        if _same(gens[state["current"]], meta):
-            return state["current"], False
-        building = state["building"]
-        if building and _same(gens[building], meta):
-            return building, True
-        # Numbers only grow (an abandoned build's number is not reused), so a name is never ambiguous.
-        number = max([state.get("last_number", 1), *(g.get("number", 1) for g in gens.values())]) + 1
-        state["last_number"] = number
-        if building:  # a rebuild for an identity nobody wants any more: never served, dropped
-            _drop(settings, building)
-            gens.pop(building, None)
-        name = f"{settings.table_name}__g{number}"
-        _drop(settings, name)  # a leftover of a crashed attempt
-        gens[name] = {k: meta[k] for k in IDENTITY_KEYS} | {"number": number, "created_at": _now()}
-        state["building"] = name
-        return name, True
+    return _update(settings, lambda state, drops: _write_target(settings, meta, state, drops))
+
+
+def _write_target(settings: Settings, meta: dict, state: dict, drops: list[str]) -> tuple[str, bool]:
+    _adopt_legacy(settings, state)
+    gens = state["generations"]
+    if state["current"] is None:
+        gens[settings.table_name] = {k: meta[k] for k in IDENTITY_KEYS} | {"number": 1, "created_at": _now()}
+        state["current"] = settings.table_name
+        return settings.table_name, False
+    if _same(gens[state["current"]], meta):
+        return state["current"], False
+    building = state["building"]
+    if building and _same(gens[building], meta):
+        return building, True
+    # Numbers only grow (an abandoned build's number is not reused), so a name is never ambiguous.
+    number = max([state.get("last_number", 1), *(g.get("number", 1) for g in gens.values())]) + 1
+    state["last_number"] = number
+    if building:  # a rebuild for an identity nobody wants any more: never served, dropped
+        drops.append(building)
+        gens.pop(building, None)
+    # Numbers are never handed out twice (last_number is part of the same write), so the
+    # new name holds no table: nothing to drop before it is written.
+    name = f"{settings.table_name}__g{number}"
+    gens[name] = {k: meta[k] for k in IDENTITY_KEYS} | {"number": number, "created_at": _now()}
+    state["building"] = name
+    return name, True
 
 
 def table_for(settings: Settings, meta: dict) -> str:
@@ -136,39 +138,47 @@ def current(settings: Settings) -> tuple[str, dict]:
 
 def switch(settings: Settings, name: str) -> dict:
     """Make the building generation ``name`` current in one step; the old one becomes previous."""
-    with _locked(settings) as state:
-        if state["building"] != name:
-            return state
-        old = state["current"]
-        state["current"], state["building"] = name, None
-        state["generations"][name]["switched_at"] = _now()
-        if old and old not in state["previous"]:
-            state["previous"].insert(0, old)
+    return _update(settings, lambda state, drops: _switch(state, name))
+
+
+def _switch(state: dict, name: str) -> dict:
+    if state["building"] != name:
         return state
+    old = state["current"]
+    state["current"], state["building"] = name, None
+    state["generations"][name]["switched_at"] = _now()
+    if old and old not in state["previous"]:
+        state["previous"].insert(0, old)
+    return state
 
 
 def rollback(settings: Settings) -> dict:
     """Serve the most recent previous generation again (the current one becomes previous)."""
-    with _locked(settings) as state:
-        if not state["previous"]:
-            raise StoreError("no previous generation to roll back to")
-        target = state["previous"].pop(0)
-        old = state["current"]
-        state["current"] = target
-        if old:
-            state["previous"].insert(0, old)
-        return state
+    return _update(settings, lambda state, drops: _rollback(state))
+
+
+def _rollback(state: dict) -> dict:
+    if not state["previous"]:
+        raise StoreError("no previous generation to roll back to")
+    target = state["previous"].pop(0)
+    old = state["current"]
+    state["current"] = target
+    if old:
+        state["previous"].insert(0, old)
+    return state
 
 
 def prune(settings: Settings) -> list[str]:
     """Drop every previous generation's table; returns their names."""
-    with _locked(settings) as state:
-        dropped = list(state["previous"])
-        for name in dropped:
-            _drop(settings, name)
+
+    def change(state: dict, drops: list[str]) -> list[str]:
+        drops.extend(state["previous"])
+        for name in drops:
             state["generations"].pop(name, None)
         state["previous"] = []
-        return dropped
+        return list(drops)
+
+    return _update(settings, change)
 
 
 def _drop(settings: Settings, name: str) -> None:

@@ -93,3 +93,36 @@ def test_odd_urls_name_the_key_and_the_fix(tmp_path: Path, url: str, expect: str
     with pytest.raises(ConfigError) as err:
         _settings(tmp_path, data_dir=url)
     assert "data_dir" in str(err.value) and expect in str(err.value)
+
+
+@pytest.mark.parametrize("url", ["s3://b//x", "s3://b/x/../y", "s3://b/./x", "s3://b/x?"])
+def test_empty_dot_segments_and_stray_queries_are_refused(tmp_path: Path, url: str):
+    with pytest.raises(ConfigError) as err:
+        _settings(tmp_path, data_dir=url)
+    assert "data_dir" in str(err.value)
+
+
+def test_a_url_from_an_environment_variable_is_object_storage(tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("MEMORY_BUCKET", "s3://team-memory")
+    s = _settings(tmp_path, data_dir="${MEMORY_BUCKET}/agents", local_dir="here")
+    assert s.data_dir == "s3://team-memory/agents" and storage.of(s).remote == "s3://team-memory/agents"
+
+
+def test_local_dir_is_refused_beside_a_local_data_dir(tmp_path: Path):
+    with pytest.raises(ConfigError) as err:
+        _settings(tmp_path, data_dir="idx", local_dir="here")
+    assert "local_dir" in str(err.value) and "s3://" in str(err.value)
+
+
+def test_the_server_file_is_found_where_the_server_writes_it(tmp_path: Path, monkeypatch):
+    """`memory search` finds a running server through the YAML alone (no settings loaded): the
+    folder it derives must be the one the server uses, however the URL is spelled."""
+    from memory_pipeline.service.client import config_and_data_dir
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    for url in ("S3://team-memory/agents/", "s3://team-memory/agents"):
+        cfg = tmp_path / "memory_pipeline.yaml"
+        cfg.write_text(f"data_dir: {url}\nsources: [{{name: mem, path: mem}}]\n")
+        found = config_and_data_dir(str(cfg))
+        assert found is not None
+        assert found[1] == storage.of(_settings(tmp_path, data_dir=url)).root
