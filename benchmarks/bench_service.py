@@ -14,6 +14,14 @@
 Reports errors, p50/p95/p99 and searches/s per phase, and the CLI p50; writes JSON to ``--out``.
 Targets (issue 14, 2 cores, 100k chunks): p50 <= 30 ms and p99 <= 150 ms at c=1; >= 50 searches/s at
 c=16; CLI p50 <= 300 ms. Clients run in this process (threads), on the same cores as the server.
+
+At 100k chunks (``--scale-files 10000``: bench_scale.py's notes of ten short sections, chunked at
+64 tokens, about ten chunks a note) embedding the folder with the local model would take most of an
+hour here, so ``--embedder fake-openai`` embeds with the tests' fake of OpenAI's embeddings endpoint
+on 127.0.0.1 (bag-of-words vectors, 384 dims, through the real `openai` SDK), for the index and for
+every query. The table, its FTS and ANN indices, the server and the clients are the product as it
+runs; the query embedding is then a loopback HTTP call instead of the local model (whose cost on
+this machine, p50 ~10-20 ms per query, bench_search.py measures apart).
 """
 
 from __future__ import annotations
@@ -40,9 +48,12 @@ WORDS = ("courier route warehouse scanner invoice receipt standup deploy rollbac
 NAMES = ["Dana", "Ravi", "Mei", "Tomasz", "Aisha", "Lars", "Inés", "Kofi"]
 
 
+EXTRA_ENV: dict[str, str] = {}  # the fake endpoint's key, with --embedder fake-openai
+
+
 def env() -> dict:
     e = {k: v for k, v in os.environ.items() if k not in ("MEMORY_PIPELINE_CONFIG", "MEMORY_PIPELINE_TOKEN")}
-    e.update(HF_HUB_OFFLINE="1", DAGSTER_DISABLE_TELEMETRY="1", TOKENIZERS_PARALLELISM="false")
+    e.update(HF_HUB_OFFLINE="1", DAGSTER_DISABLE_TELEMETRY="1", TOKENIZERS_PARALLELISM="false", **EXTRA_ENV)
     return e
 
 
@@ -111,18 +122,49 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=60)
     ap.add_argument("--c1-seconds", type=float, default=15)
     ap.add_argument("--cli-runs", type=int, default=10)
+    ap.add_argument("--embedder", choices=("local", "fake-openai"), default="local", help="see the module docstring")
+    ap.add_argument("--scale-files", type=int, default=0, help="bench_scale.py's folder of N notes (~10 chunks each) instead of --notes")
     args = ap.parse_args()
+    fake = None
+    if args.embedder == "fake-openai":
+        import collections
+
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+        from memory_pipeline_tests.fakes.openai_server import OpenAIFake
+
+        fake = OpenAIFake(dims=384)
+        fake.requests = collections.deque(maxlen=16)  # type: ignore[assignment] - keep memory flat
+        fake.__enter__()
+        EXTRA_ENV["OPENAI_API_KEY"] = fake.api_key or ""
+    try:
+        return _main(args, fake)
+    finally:
+        if fake is not None:
+            fake.__exit__(None, None, None)
+
+
+def _main(args, fake) -> int:
     rng = random.Random(14)
     queries = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 5))) for _ in range(200)]
     out: dict = {"started_at": datetime.now(UTC).isoformat(timespec="seconds"), "machine": platform.machine(),
-                 "cpus": os.cpu_count(), "notes": args.notes}  # fmt: skip
+                 "cpus": os.cpu_count(), "notes": args.scale_files or args.notes, "embedder": args.embedder}  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="bench-service-") as tmp:
         root = Path(tmp)
         mem = root / "mem"
         mem.mkdir()
-        write_notes(mem, args.notes, rng)
+        if args.scale_files:
+            sys.path.insert(0, str(Path(__file__).resolve().parent))
+            from bench_scale import make_folder
+
+            make_folder(mem, args.scale_files, seed=args.scale_files)
+        else:
+            write_notes(mem, args.notes, rng)
         cfg = root / "memory_pipeline.yaml"
-        cfg.write_text("data_dir: index\nsources: [{name: mem, path: mem}]\nprovider: local\n")
+        provider = "provider: local\n"
+        if fake is not None:
+            provider = f"provider: openai\nmodel: text-embedding-3-small\ndims: 384\nremote:\n  base_url: {fake.base_url}\n  concurrency: 4\n"
+        chunking = "chunking:\n  tokens: 64\n  overlap: 0\n" if args.scale_files else ""
+        cfg.write_text("data_dir: index\nsources: [{name: mem, path: mem}]\n" + provider + chunking)
         t = time.perf_counter()
         done = memory("index", "--config", str(cfg), "--json", cwd=root)
         if done.returncode != 0:
@@ -130,7 +172,7 @@ def main() -> int:
             return 1
         index = json.loads(done.stdout)
         out["index"] = {"seconds": round(time.perf_counter() - t, 1), "chunks": index["table_rows"]}
-        print(f"indexed {args.notes} notes: {index['table_rows']} chunks in {out['index']['seconds']} s", flush=True)
+        print(f"indexed {out['notes']} notes: {index['table_rows']} chunks in {out['index']['seconds']} s", flush=True)
         log = open(root / "serve.log", "w")
         server = subprocess.Popen([sys.executable, "-m", "memory_pipeline.cli", "serve", "--config", str(cfg), "--port", "0"],
                                   cwd=root, env=env(), stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
