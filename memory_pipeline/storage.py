@@ -180,6 +180,7 @@ class DataStore:
 
     def _object(self, key: str) -> tuple[pafs.FileSystem, str]:
         """The object store and the object's path in it (``bucket/prefix/key``)."""
+        check_bucket(self.remote)
         return object_store(), f"{self.remote.removeprefix('s3://')}/{key}"
 
     def where(self, key: str) -> str:
@@ -525,7 +526,40 @@ def object_store() -> pafs.FileSystem:
     return _object_store(endpoint.strip(), region.strip(), env.get("AWS_ALLOW_HTTP", "").strip().lower() in _TRUE)
 
 
+def check_bucket(url: str) -> None:
+    """That the bucket of an ``s3://`` URL exists and these credentials can see it, once per process.
+
+    A missing bucket, a denied one or an unreachable store is one clear error here (ConfigError,
+    StoreError), not whatever the first read or commit deep inside a run would raise.
+    """
+    env = os.environ
+    _check_bucket(urlsplit(url).netloc, (env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or "").strip())
+
+
+@lru_cache(maxsize=16)
+def _check_bucket(bucket: str, endpoint: str) -> None:
+    from pyarrow import fs as pafs
+
+    from memory_pipeline.errors import ConfigError, StoreError
+
+    where = f" at {endpoint}" if endpoint else ""
+    try:
+        info = object_store().get_file_info(bucket)
+    except OSError as err:
+        reason = " ".join(str(err).split())[:300]
+        raise StoreError(
+            f"cannot reach the bucket {bucket}{where}: {reason}",
+            hint="check the AWS credentials and AWS_ENDPOINT_URL in the environment, and that the store is up",
+        ) from None
+    if info.type == pafs.FileType.NotFound:
+        raise ConfigError(
+            f"data_dir: the bucket {bucket} does not exist{where} (or these AWS credentials cannot see it)",
+            hint="create the bucket, or fix data_dir in the configuration file",
+        )
+
+
 os.register_at_fork(after_in_child=_object_store.cache_clear)  # a forked worker makes its own connections
+os.register_at_fork(after_in_child=_check_bucket.cache_clear)
 
 
 def _s3_client():

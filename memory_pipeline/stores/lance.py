@@ -173,9 +173,9 @@ class VectorStore:
             import lancedb
 
             if "://" in self.uri:
-                from memory_pipeline.storage import object_store
+                from memory_pipeline.storage import check_bucket
 
-                object_store()  # the AWS variables checked once, with the same one-line errors as the assets'
+                check_bucket(self.uri)  # the AWS variables and the bucket checked once, with one-line errors
             self._db = lancedb.connect(self.uri)
         return self._db
 

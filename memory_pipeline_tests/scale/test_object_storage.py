@@ -192,3 +192,15 @@ def test_shared_files_on_s3_concurrent_updates_damage_and_outages(tmp_path: Path
     storage._object_store.cache_clear()
     with pytest.raises(OSError):
         data.read("source_files", "00", MANIFEST_SCHEMA)
+
+
+def test_a_missing_bucket_is_one_clear_error_for_every_command(tmp_path: Path):
+    _write(tmp_path / "mem", {"notes/a.md": "# A\n\nhello object storage\n"})
+    cfg = write_config(tmp_path / "memory_pipeline.yaml", data_dir="s3://no-such-bucket/agents", local_dir="local")
+    with s3_server("memory") as env:
+        for args in (["index"], ["search", "hello"], ["status"], ["doctor"]):
+            proc = run_cli(*args, "--config", str(cfg), env=env)
+            assert proc.returncode == 1, (args, proc.stdout, proc.stderr)
+            err = proc.stderr.strip()
+            assert "the bucket no-such-bucket does not exist" in err and "create the bucket" in err, (args, err)
+            assert "Traceback" not in err and "a bug" not in err and len(err.splitlines()) == 1, (args, err)
