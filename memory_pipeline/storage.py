@@ -227,7 +227,7 @@ class DataStore:
             return read_object_parquet(object_store(), location, schema)
         return read_parquet(Path(location), schema)
 
-    def write_rows(self, rows: list[dict], schema: pa.Schema, asset: str, shard: str, suffix: str = "") -> Path:
+    def write_rows(self, rows: list[dict], schema: pa.Schema, asset: str, shard: str, suffix: str = "") -> str:
         import pyarrow as pa
 
         return self.write(pa.Table.from_pylist(rows, schema=schema), asset, shard, suffix)
