@@ -221,6 +221,38 @@ class DataStore:
             return []
         return sorted(str(f) for f in folder.iterdir() if pattern.match(f.name))
 
+    def stamps(self, asset: str, suffix: str = "") -> list[str]:
+        """``name size mtime`` of every partition file of an asset: changes whenever one is written."""
+        if self.remote:
+            from pyarrow import fs as pafs
+
+            store, folder = self._object(f"assets/{asset}")
+            infos = store.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
+            pattern = re.compile(r"^[^.]+" + re.escape(suffix) + r"\.parquet$")
+            return sorted(f"{i.base_name} {i.size} {i.mtime_ns}" for i in infos if i.type == pafs.FileType.File and pattern.match(i.base_name))
+        out = []
+        for location in self.partition_files(asset, suffix):
+            try:
+                st = os.stat(location)
+            except FileNotFoundError:
+                continue
+            out.append(f"{Path(location).name} {st.st_size} {st.st_mtime_ns}")
+        return out
+
+    def ledger_stamp(self, key: str) -> str:
+        """A ledger's state in one string: changes whenever a line is added."""
+        if self.remote:
+            from pyarrow import fs as pafs
+
+            store, folder = self._object(f"{key}.d")
+            names = sorted(i.base_name for i in store.get_file_info(pafs.FileSelector(folder, allow_not_found=True)))
+            return f"{key} {len(names)} {names[-1] if names else ''}"
+        try:
+            st = os.stat(self.root / key)
+        except FileNotFoundError:
+            return f"{key} -"
+        return f"{key} {st.st_size} {st.st_mtime_ns}"
+
     def read_file(self, location: str, schema: pa.Schema | None) -> pa.Table:
         """One file listed by :meth:`partition_files`, read forgivingly."""
         if self.remote:

@@ -39,6 +39,7 @@ from memory_pipeline.settings import Settings
 from memory_pipeline.stores.lance import FTS_COLUMN, VectorStore
 
 DB_NAME = "analytics.duckdb"
+SCHEMA_VERSION = 1  # of the database's tables: a change rebuilds every cached database
 # The columns of the ledgers' tables before their first line (then: every key of the lines).
 USAGE_COLUMNS = 'run_id VARCHAR, provider VARCHAR, model VARCHAR, chunks BIGINT, tokens BIGINT, batch BOOLEAN, est_usd DOUBLE, "at" VARCHAR'
 RUNS_COLUMNS = "run_id VARCHAR, finished_at VARCHAR, files_seen BIGINT, files_changed BIGINT, table_rows BIGINT, errors BIGINT"
@@ -251,12 +252,23 @@ def refresh_analytics(settings: Settings, model: str, table_name: str | None = N
     """Rebuild the analytics database and return the coverage and problems it holds.
 
     ``table_name``: the generation the run wrote (default: the configured table).
+
+    Skipped when nothing it reads changed since the database was built (the table's version,
+    every asset file's size and time, the ledgers, the model asked about): the report is then
+    read back from the database. A run's coverage step and its checks read the same state, so
+    the second of them costs a few stats (on object storage: four listings instead of reading
+    every partition again); any change, by any process or machine, rebuilds.
     """
     import duckdb
 
     table_name = table_name or settings.table_name
     data = storage.of(settings)
     final = data.analytics_db
+    fingerprint = _fingerprint(data, table_name, model)
+    if final.is_file():
+        cached = _cached_report(final, fingerprint)
+        if cached is not None:
+            return cached
     tmp = final.with_name(f".{DB_NAME}.{os.getpid()}.tmp")
     tmp.unlink(missing_ok=True)
     vector_rows, dims, fts, provider = _vector_rows(settings, table_name)
@@ -291,21 +303,64 @@ def refresh_analytics(settings: Settings, model: str, table_name: str | None = N
             "CREATE TABLE table_info AS SELECT ? AS uri, ? AS table_name, ? AS dims, ? AS fts_indexed, ? AS fts_unindexed_rows",
             [data.lancedb_uri, table_name, dims, fts.get("indexed", False), fts.get("unindexed_rows", 0)],
         )
-        report = CoverageReport(path=final, table_rows=vector_rows.num_rows, table_dims=dims)
-        report.fts_indexed = bool(fts.get("indexed"))
-        report.fts_unindexed_rows = int(fts.get("unindexed_rows", 0))
-        cov = con.sql("SELECT * FROM coverage").to_arrow_table().to_pylist()
-        report.coverage = cov
-        report.files_indexable = sum(r["files_indexable"] for r in cov)
-        report.files_indexed = sum(r["files_indexed"] for r in cov)
-        for row in con.sql("SELECT kind, doc_id, path, rows, detail FROM problems ORDER BY kind, path").to_arrow_table().to_pylist():
-            report.problems.setdefault(row["kind"], []).append(row)
-        report.cost = con.sql("SELECT * FROM embedding_cost ORDER BY provider, model").to_arrow_table().to_pylist()
-        report.models = [r[0] for r in con.execute("SELECT DISTINCT embedding_model FROM vector_rows ORDER BY 1").fetchall()]
+        con.execute("CREATE TABLE refresh_state AS SELECT ? AS fingerprint, now() AS refreshed_at", [fingerprint])
+        report = _report(con, final)
     finally:
         con.close()
     os.replace(tmp, final)
     return report
+
+
+def _report(con, final: Path) -> CoverageReport:
+    """The coverage report a built analytics database holds."""
+    # fetchall, not fetchone: DuckDB 2 keeps a half-read result open and refuses the next query.
+    rows, dims, fts_indexed, unindexed = con.execute(
+        "SELECT (SELECT count(*) FROM vector_rows), dims, fts_indexed, fts_unindexed_rows FROM table_info"
+    ).fetchall()[0]
+    report = CoverageReport(path=final, table_rows=int(rows), table_dims=int(dims or 0))
+    report.fts_indexed = bool(fts_indexed)
+    report.fts_unindexed_rows = int(unindexed or 0)
+    cov = con.sql("SELECT * FROM coverage").to_arrow_table().to_pylist()
+    report.coverage = cov
+    report.files_indexable = sum(r["files_indexable"] for r in cov)
+    report.files_indexed = sum(r["files_indexed"] for r in cov)
+    for row in con.sql("SELECT kind, doc_id, path, rows, detail FROM problems ORDER BY kind, path").to_arrow_table().to_pylist():
+        report.problems.setdefault(row["kind"], []).append(row)
+    report.cost = con.sql("SELECT * FROM embedding_cost ORDER BY provider, model").to_arrow_table().to_pylist()
+    report.models = [r[0] for r in con.execute("SELECT DISTINCT embedding_model FROM vector_rows ORDER BY 1").fetchall()]
+    return report
+
+
+def _fingerprint(data: storage.DataStore, table_name: str, model: str) -> str:
+    """What the analytics database is built from, in one digest: the table's version, the size
+    and time of every asset file it reads, the ledgers' state, and the model asked about."""
+    import hashlib
+
+    table = VectorStore(data.lancedb_uri, table_name).open()
+    parts = [str(SCHEMA_VERSION), model, table_name, str(table.version) if table is not None else "-"]
+    for asset, suffix in (("source_files", ""), ("extracted_content", ".status"), ("memory_vectors", ".state"), ("memory_chunks", "")):
+        parts.extend(data.stamps(asset, suffix))
+    parts.extend(data.ledger_stamp(key) for key in (storage.USAGE, storage.HISTORY))
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def _cached_report(final: Path, fingerprint: str) -> CoverageReport | None:
+    """The report of the database at ``final`` if it was built from this very state; else None."""
+    import duckdb
+
+    try:
+        con = duckdb.connect(str(final), read_only=True)
+    except duckdb.Error:
+        return None  # being replaced, or damaged: rebuilt
+    try:
+        stored = con.execute("SELECT fingerprint FROM refresh_state").fetchall()
+        if not stored or stored[0][0] != fingerprint:
+            return None
+        return _report(con, final)
+    except duckdb.Error:
+        return None  # built by an older version (no refresh_state): rebuilt
+    finally:
+        con.close()
 
 
 def _ledger(con, name: str, data: storage.DataStore, key: str, empty_columns: str) -> None:

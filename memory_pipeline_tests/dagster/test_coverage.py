@@ -216,3 +216,36 @@ def test_cost_estimate_uses_the_price_list(tmp_path: Path):
     rows = pa.table({"embedding_model": ["text-embedding-3-small"] * 3, "tokens": [500_000, 400_000, 100_000]})
     [cost] = _embedding_cost(settings, rows, "openai").to_pylist()
     assert cost["tokens_in_table"] == 1_000_000 and cost["est_usd_table"] == 0.02 and cost["tokens_embedded"] == 0
+
+
+def test_coverage_is_rebuilt_exactly_when_what_it_reads_changed(sample_config: Path, sample_dir: Path):
+    """refresh_analytics reuses the database while the table, every asset file and the ledgers are
+    as they were when it was built (a run's coverage step and its checks), and rebuilds on any change."""
+    from memory_pipeline.stores.analytics import refresh_analytics
+
+    settings = load_settings(sample_config)
+    with dg.instance_for_test() as instance:
+        assert _run(sample_config, instance).success
+    db = settings.data_dir / "analytics.duckdb"
+
+    def built_at():
+        return _query(settings, "SELECT refreshed_at FROM refresh_state")[0]["refreshed_at"]
+
+    first = built_at()
+    inode = db.stat().st_ino
+    same = refresh_analytics(settings, "all-MiniLM-L6-v2")
+    assert built_at() == first and db.stat().st_ino == inode  # nothing changed: the database is reused
+    assert same.files_indexed == 17 and same.table_rows > 40
+    # A row deleted from the table (a new table version) is seen at once.
+    lancedb.connect(str(settings.data_dir / "lancedb")).open_table("memory_vectors").delete("path LIKE '%2026-10-06.md'")
+    after_delete = refresh_analytics(settings, "all-MiniLM-L6-v2")
+    assert built_at() != first and after_delete.table_rows < same.table_rows
+    # An asset file rewritten (a manifest) is seen too; so is another model asked about.
+    second = built_at()
+    state = next((settings.data_dir / "assets" / "memory_vectors").glob("*.state.parquet"))
+    state.write_bytes(state.read_bytes())
+    refresh_analytics(settings, "all-MiniLM-L6-v2")
+    third = built_at()
+    assert third != second
+    assert refresh_analytics(settings, "other-model").problems.get("model_mismatch")
+    assert built_at() != third
