@@ -131,7 +131,7 @@ def test_copied_data_folder_keeps_analytics_working(indexed_once, tmp_path: Path
     assert out["failed"] == {}
     counts = out["counts"]
     expected = {"source_files", "extraction_status", "indexed_state", "memory_chunks", "vector_rows", "file_status",
-                "coverage", "problems", "embedding_cost", "embedding_usage", "prices", "runs", "table_info"}  # fmt: skip
+                "coverage", "problems", "embedding_cost", "embedding_usage", "prices", "runs", "table_info", "refresh_state"}  # fmt: skip
     assert expected <= set(counts)
     assert counts["runs"] == 1 and counts["problems"] == BROKEN and counts["memory_chunks"] > 40
     assert counts["source_files"] == counts["file_status"] == summary["files_seen"]
