@@ -41,6 +41,7 @@ pyarrow, is imported only where a frame is read or written.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -206,38 +207,33 @@ class DataStore:
         write_parquet(table, path)
         return str(path)
 
-    def partition_files(self, asset: str, suffix: str = "") -> list[str]:
-        """The partition files of an asset (or side file) that exist, sorted by shard, as
-        locations :meth:`read_file` takes."""
+    def _partitions(self, asset: str, suffix: str = "") -> list[tuple[str, str, int, int]]:
+        """(location, name, size, mtime_ns) of every partition file of an asset (or side file), by name."""
         pattern = re.compile(r"^[^.]+" + re.escape(suffix) + r"\.parquet$")
         if self.remote:
             from pyarrow import fs as pafs
 
             store, folder = self._object(f"assets/{asset}")
             infos = store.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
-            return sorted(i.path for i in infos if i.type == pafs.FileType.File and pattern.match(i.base_name))
-        folder = self.assets_dir / asset
-        if not folder.is_dir():
-            return []
-        return sorted(str(f) for f in folder.iterdir() if pattern.match(f.name))
+            found = [(i.path, i.base_name, i.size, i.mtime_ns) for i in infos if i.type == pafs.FileType.File and pattern.match(i.base_name)]
+        else:
+            folder = self.assets_dir / asset
+            found = []
+            for entry in os.scandir(folder) if folder.is_dir() else ():
+                if pattern.match(entry.name):
+                    with contextlib.suppress(FileNotFoundError):  # removed meanwhile
+                        st = entry.stat()
+                        found.append((entry.path, entry.name, st.st_size, st.st_mtime_ns))
+        return sorted(found, key=lambda f: f[1])
+
+    def partition_files(self, asset: str, suffix: str = "") -> list[str]:
+        """The partition files of an asset (or side file) that exist, sorted by shard, as
+        locations :meth:`read_file` takes."""
+        return [f[0] for f in self._partitions(asset, suffix)]
 
     def stamps(self, asset: str, suffix: str = "") -> list[str]:
         """``name size mtime`` of every partition file of an asset: changes whenever one is written."""
-        if self.remote:
-            from pyarrow import fs as pafs
-
-            store, folder = self._object(f"assets/{asset}")
-            infos = store.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
-            pattern = re.compile(r"^[^.]+" + re.escape(suffix) + r"\.parquet$")
-            return sorted(f"{i.base_name} {i.size} {i.mtime_ns}" for i in infos if i.type == pafs.FileType.File and pattern.match(i.base_name))
-        out = []
-        for location in self.partition_files(asset, suffix):
-            try:
-                st = os.stat(location)
-            except FileNotFoundError:
-                continue
-            out.append(f"{Path(location).name} {st.st_size} {st.st_mtime_ns}")
-        return out
+        return [f"{name} {size} {mtime}" for _, name, size, mtime in self._partitions(asset, suffix)]
 
     def ledger_stamp(self, key: str) -> str:
         """A ledger's state in one string: changes whenever a line is added."""
@@ -550,12 +546,17 @@ def _object_store(endpoint: str, region: str, allow_http: bool) -> pafs.FileSyst
     return pafs.S3FileSystem(**kwargs)  # credentials: the AWS SDK's default chain (environment, profile, instance)
 
 
+def _aws_env() -> tuple[str, str, bool]:
+    """(endpoint, region, allow_http) from the standard AWS variables: the one place they are read."""
+    env = os.environ
+    endpoint = (env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or "").strip()
+    region = (env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "").strip()
+    return endpoint, region, env.get("AWS_ALLOW_HTTP", "").strip().lower() in _TRUE
+
+
 def object_store() -> pafs.FileSystem:
     """The S3 file system, configured from the standard AWS environment variables only."""
-    env = os.environ
-    endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or ""
-    region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or ""
-    return _object_store(endpoint.strip(), region.strip(), env.get("AWS_ALLOW_HTTP", "").strip().lower() in _TRUE)
+    return _object_store(*_aws_env())
 
 
 def check_bucket(url: str) -> None:
@@ -564,8 +565,7 @@ def check_bucket(url: str) -> None:
     A missing bucket, a denied one or an unreachable store is one clear error here (ConfigError,
     StoreError), not whatever the first read or commit deep inside a run would raise.
     """
-    env = os.environ
-    _check_bucket(urlsplit(url).netloc, (env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or "").strip())
+    _check_bucket(urlsplit(url).netloc, _aws_env()[0])
 
 
 @lru_cache(maxsize=16)
@@ -600,10 +600,8 @@ def _s3_client():
     import boto3
 
     object_store()  # the same checks (AWS_ALLOW_HTTP) and one-line errors first
-    env = os.environ
-    endpoint = (env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or "").strip() or None
-    region = (env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "").strip() or None
-    return boto3.client("s3", endpoint_url=endpoint, region_name=region)
+    endpoint, region, _ = _aws_env()
+    return boto3.client("s3", endpoint_url=endpoint or None, region_name=region or None)
 
 
 def _get_versioned(client, bucket: str, key: str) -> tuple[str | None, str | None]:
@@ -628,11 +626,6 @@ def _put_if(client, bucket: str, key: str, text: str, etag: str | None) -> bool:
             return False
         raise
     return True
-
-
-def lance_storage_options() -> dict[str, str]:
-    """What LanceDB needs beyond the AWS variables it reads itself (none, when those suffice)."""
-    return {}
 
 
 def write_text(path: Path, text: str) -> None:
@@ -723,5 +716,5 @@ def read_parquet(path: Path, schema: pa.Schema | None) -> pa.Table:
 
 __all__ = [
     "ASSETS", "GENERATIONS", "HISTORY", "LAST_RUN", "PROVIDER_STATE", "SIDE_ASSETS", "SIDE_FILES", "USAGE", "DataStore", "LazyFrames",
-    "check_url", "default_local_dir", "is_url", "lance_storage_options", "locate", "object_store", "of", "read_parquet", "write_parquet", "write_text",
+    "check_url", "default_local_dir", "is_url", "locate", "object_store", "of", "read_parquet", "write_parquet", "write_text",
 ]  # fmt: skip
