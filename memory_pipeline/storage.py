@@ -502,11 +502,16 @@ def is_url(value: str) -> bool:
 
 def check_url(value: str) -> str:
     """An ``s3://bucket/prefix`` data_dir, checked: a bucket, no credentials, no query. ValueError otherwise."""
-    parts = urlsplit(value.strip())
+    value = value.strip()
+    if any(c.isspace() or not c.isprintable() or c == "\\" for c in value):
+        raise ValueError("has a space, a control character or a backslash in it: s3://bucket/prefix")
+    parts = urlsplit(value)
     if parts.username or parts.password or "@" in parts.netloc:
         raise ValueError("must not carry credentials: they come from the AWS environment variables or profile")
     if not parts.netloc:
         raise ValueError("needs a bucket: s3://bucket/prefix")
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", parts.netloc):
+        raise ValueError("has a bucket name that is not one (letters, digits, '.', '-', '_'): s3://bucket/prefix")
     if parts.query or parts.fragment or value.rstrip().endswith(("?", "#")):
         raise ValueError("takes no query or fragment: s3://bucket/prefix")
     body = parts.path.removeprefix("/").rstrip("/")

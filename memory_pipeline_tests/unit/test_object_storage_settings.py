@@ -126,3 +126,20 @@ def test_the_server_file_is_found_where_the_server_writes_it(tmp_path: Path, mon
         found = config_and_data_dir(str(cfg))
         assert found is not None
         assert found[1] == storage.of(_settings(tmp_path, data_dir=url)).root
+
+
+@settings(max_examples=300, deadline=None)
+@given(tail=st.text(max_size=60))
+def test_any_s3_url_is_accepted_in_normal_form_or_refused_by_name(tmp_path_factory, tail: str):
+    """Hostile text after ``s3://``: a ConfigError naming data_dir, or a URL that check_url leaves as
+    it is (normal form) and whose local folder stays under the cache root; never another exception.
+    (It found a NUL in the URL accepted, then failing as a path deep inside the run.)"""
+    base = tmp_path_factory.getbasetemp()
+    try:
+        s = _settings(base, data_dir="s3://" + tail)
+    except ConfigError as err:
+        assert "data_dir" in str(err)
+        return
+    assert isinstance(s.data_dir, str) and storage.check_url(s.data_dir) == s.data_dir
+    local = storage.default_local_dir(s.data_dir)  # a real folder name, never climbing out of the cache root
+    assert ".." not in local.parts and local.resolve().exists() in (True, False)
