@@ -16,7 +16,7 @@ from memory_pipeline.defs.sensors import batch_jobs_sensor
 from memory_pipeline.search import search
 from memory_pipeline.settings import load_settings
 from memory_pipeline_tests.batch.conftest import batch_config
-from memory_pipeline_tests.helpers import asset_metadata, materialize
+from memory_pipeline_tests.helpers import asset_metadata, materialize, memory_instance
 
 
 def _vectors(config: Path) -> dict[str, np.ndarray]:
@@ -31,7 +31,7 @@ def _vectors(config: Path) -> dict[str, np.ndarray]:
 def test_batched_index_is_identical_to_live(tmp_path, sample_dir, openai_fake):
     batched_cfg = batch_config(tmp_path / "batched.yaml", openai_fake, data_dir="idx_batch")
     live_cfg = batch_config(tmp_path / "live.yaml", openai_fake, enabled=False, data_dir="idx_live")
-    with dg.instance_for_test() as instance:
+    with memory_instance() as instance:
         result = materialize(batched_cfg, instance, tags=dict(FULL_RANGE_TAGS))
         assert result.success
         emb = asset_metadata(result, "chunk_embeddings")
@@ -61,7 +61,7 @@ def test_wait_false_then_the_sensor_completes_the_graph(tmp_path, sample_dir, op
     openai_fake.batch_faults = ["hold"]
     openai_fake.held = True
     resources = index_resources(str(cfg))
-    with dg.instance_for_test() as instance:
+    with memory_instance() as instance:
         first = materialize(cfg, instance, tags=dict(FULL_RANGE_TAGS))
         assert first.success
         emb, vec = asset_metadata(first, "chunk_embeddings"), asset_metadata(first, "memory_vectors")
@@ -98,7 +98,7 @@ def test_wait_false_then_the_sensor_completes_the_graph(tmp_path, sample_dir, op
 def test_failed_and_unavailable_batches_fall_back_live_and_disable(tmp_path, sample_dir, openai_fake):
     cfg = batch_config(tmp_path / "memory_pipeline.yaml", openai_fake)
     openai_fake.batch_faults = ["unavailable"]
-    with dg.instance_for_test() as instance:
+    with memory_instance() as instance:
         result = materialize(cfg, instance, tags=dict(FULL_RANGE_TAGS))
     assert result.success
     emb = asset_metadata(result, "chunk_embeddings")

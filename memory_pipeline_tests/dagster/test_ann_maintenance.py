@@ -16,6 +16,7 @@ from memory_pipeline.search import search
 from memory_pipeline.settings import FtsConfig, load_settings
 from memory_pipeline.stores.lance import FTS_COLUMN, VectorStore
 from memory_pipeline_tests.conftest import write_config
+from memory_pipeline_tests.helpers import memory_instance
 
 LOGGERS = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
 TOPICS = ["kafka lag", "boiler pressure", "sourdough starter", "tls certificate", "tax refund", "piano lesson",
@@ -39,7 +40,7 @@ def test_ann_built_above_threshold_and_measured_nightly(tmp_path: Path):
         (mem / f"note-{i:03d}.md").write_text(f"# Note {i}\n\nAbout {topic}: entry {i} with detail {i * 7 % 13}.\n")
     cfg = write_config(tmp_path / "memory_pipeline.yaml", ann={"min_rows": 256})
     resources = index_resources(str(cfg))
-    with dg.instance_for_test() as instance:
+    with memory_instance() as instance:
         first = dg.materialize(index_assets, instance=instance, resources=resources, run_config=LOGGERS, tags=dict(FULL_RANGE_TAGS))
         assert first.success and _vectors_meta(first)["ann"] == "built"
         settings = load_settings(cfg)

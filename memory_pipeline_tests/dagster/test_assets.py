@@ -15,7 +15,7 @@ from memory_pipeline.defs.sensors import memory_files_sensor
 from memory_pipeline.discovery import shard_of
 from memory_pipeline.search import search
 from memory_pipeline.settings import load_settings
-from memory_pipeline_tests.helpers import asset_metadata, materialize, table_rows
+from memory_pipeline_tests.helpers import asset_metadata, materialize, memory_instance, table_rows
 
 
 def test_definitions_load_and_name_everything():
@@ -33,7 +33,7 @@ def test_definitions_load_and_name_everything():
 
 
 def test_whole_graph_on_sample_then_paraphrase_search(sample_config: Path):
-    with dg.instance_for_test() as instance:
+    with memory_instance() as instance:
         result = materialize(sample_config, instance, tags=dict(FULL_RANGE_TAGS))
         assert result.success
         src = asset_metadata(result, "source_files")
@@ -64,7 +64,7 @@ def test_single_partition_run_touches_only_its_files(tmp_path: Path, sample_conf
     files = sorted(p.relative_to(sample_dir).as_posix() for p in sample_dir.rglob("*") if p.is_file())
     shard = shard_of("mem", files[0])
     expected = {f for f in files if shard_of("mem", f) == shard}
-    with dg.instance_for_test() as instance:
+    with memory_instance() as instance:
         result = materialize(sample_config, instance, partition_key=shard)
         assert result.success
     indexed = {r["path"] for r in table_rows(settings.data_dir)}
@@ -72,7 +72,7 @@ def test_single_partition_run_touches_only_its_files(tmp_path: Path, sample_conf
 
 
 def test_sensor_requests_only_changed_shards(sample_config: Path, sample_dir: Path):
-    with dg.instance_for_test() as instance:
+    with memory_instance() as instance:
         assert materialize(sample_config, instance, tags=dict(FULL_RANGE_TAGS)).success
         resources = index_resources(str(sample_config))
         # The embedder resource has a tear-down: a sensor context with it is opened as a context manager.
@@ -95,7 +95,7 @@ def test_nightly_schedule_runs_every_shard_in_one_run_and_maintains_the_table(sa
     ctx = dg.build_schedule_context()
     request = nightly_reconciliation_schedule(ctx)
     assert request.tags == {**FULL_RANGE_TAGS, MAINTENANCE_TAG: "true"}
-    with dg.instance_for_test() as instance:
+    with memory_instance() as instance:
         result = materialize(sample_config, instance, tags=request.tags)
         assert result.success
         assert asset_metadata(result, "source_files")["partitions"] == 16
@@ -107,7 +107,7 @@ def test_nightly_schedule_runs_every_shard_in_one_run_and_maintains_the_table(sa
 
 def test_metadata_never_carries_secrets(sample_config: Path, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-SECRET-value-1234567890abcdef")
-    with dg.instance_for_test() as instance:
+    with memory_instance() as instance:
         result = materialize(sample_config, instance, tags=dict(FULL_RANGE_TAGS))
         text = json.dumps([{k: str(v) for k, v in e.event_specific_data.materialization.metadata.items()} for e in result.get_asset_materialization_events()])
     assert "SECRET-value" not in text

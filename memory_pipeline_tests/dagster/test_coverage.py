@@ -15,7 +15,7 @@ from memory_pipeline.defs.assets import index_assets
 from memory_pipeline.defs.partitions import FULL_RANGE_TAGS
 from memory_pipeline.defs.resources import index_resources
 from memory_pipeline.settings import load_settings
-from memory_pipeline_tests.helpers import asset_metadata
+from memory_pipeline_tests.helpers import asset_metadata, memory_instance
 
 CHECKS = (
     "index_coverage_no_orphans_check",
@@ -64,7 +64,7 @@ def _query(settings, sql: str) -> list[dict]:
 
 def test_coverage_equals_the_truth(sample_config: Path, sample_dir: Path):
     settings = load_settings(sample_config)
-    with dg.instance_for_test() as instance:
+    with memory_instance() as instance:
         assert _run(sample_config, instance).success
         # Now: one new bad file, one good note broken (stale: its old rows stay), one note deleted.
         (sample_dir / "memory" / "latin1.md").write_bytes("caf\xe9\n".encode("latin-1"))
@@ -128,7 +128,7 @@ def test_each_check_fails_on_its_fault_and_passes_after_a_clean_run(sample_confi
     repairs what the records can tell is wrong (rows of an unknown file, an extra row of a known
     file) and then passes; a duplicated chunk id survives it and stops the run; --force clears all."""
     settings = load_settings(sample_config)
-    with dg.instance_for_test() as instance:
+    with memory_instance() as instance:
         first = _run(sample_config, instance)
         assert first.success and all(e.passed for e in _checks(first).values())
         table = lancedb.connect(settings.lancedb_uri).open_table("memory_vectors")
@@ -159,7 +159,7 @@ def test_each_check_fails_on_its_fault_and_passes_after_a_clean_run(sample_confi
 
 def test_duckdb_file_is_queryable_without_project_code(sample_config: Path, tmp_path: Path):
     settings = load_settings(sample_config)
-    with dg.instance_for_test() as instance:
+    with memory_instance() as instance:
         assert _run(sample_config, instance).success
     code = (
         "import json, sys, duckdb;"
@@ -224,7 +224,7 @@ def test_coverage_is_rebuilt_exactly_when_what_it_reads_changed(sample_config: P
     from memory_pipeline.stores.analytics import refresh_analytics
 
     settings = load_settings(sample_config)
-    with dg.instance_for_test() as instance:
+    with memory_instance() as instance:
         assert _run(sample_config, instance).success
     db = settings.data_dir / "analytics.duckdb"
 

@@ -22,7 +22,7 @@ from memory_pipeline.defs.resources import index_resources
 from memory_pipeline.models import CHUNKS_SCHEMA, DELETIONS_SCHEMA, EXTRACTION_STATUS_SCHEMA, INDEXED_STATE_SCHEMA, MANIFEST_SCHEMA, SEGMENTS_SCHEMA
 from memory_pipeline.settings import load_settings
 from memory_pipeline_tests.conftest import SAMPLE, TEXT_ONLY, write_config
-from memory_pipeline_tests.helpers import LOGGERS, REPO, asset_metadata, materialize, partition_metadata, table_rows
+from memory_pipeline_tests.helpers import LOGGERS, REPO, asset_metadata, materialize, memory_instance, partition_metadata, table_rows
 
 ASSETS = ("source_files", "extracted_content", "memory_chunks", "chunk_embeddings", "memory_vectors", "index_coverage")
 # The side files, assets of their own (so lineage shows them), each from its stage's multi_asset.
@@ -57,7 +57,7 @@ def built(tmp_path_factory):
     (mem / "empty.md").write_bytes(b"")
     (mem / "memory" / "latin1.md").write_bytes("caf\xe9\n".encode("latin-1"))
     config = write_config(root / "memory_pipeline.yaml")
-    with dg.instance_for_test() as instance:
+    with memory_instance() as instance:
         result = materialize(config, instance, tags=dict(FULL_RANGE_TAGS))
         assert result.success
         yield config, result
@@ -246,7 +246,7 @@ def _run_check_alone(config: Path, instance, name: str):
 @pytest.mark.parametrize("name", sorted(CHECKS))
 def test_each_check_runs_alone_on_the_built_index(built, name: str):
     config, _ = built
-    with dg.instance_for_test() as instance:
+    with memory_instance() as instance:
         result = _run_check_alone(config, instance, name)
         assert result.success
         assert result.get_asset_materialization_events() == []  # nothing was materialized
@@ -263,7 +263,7 @@ def test_a_check_run_alone_judges_the_table_as_it_is_now(built):
     row = {k: v for k, v in table.search().limit(1).to_list()[0].items() if not k.startswith("_")}
     table.add([row | {"chunk_id": "f" * 32, "doc_id": "mem:gone.md", "path": "gone.md"}])
     try:
-        with dg.instance_for_test() as instance:
+        with memory_instance() as instance:
             result = _run_check_alone(config, instance, "index_coverage_no_orphans_check")
             [evaluation] = result.get_asset_check_evaluations()
             assert not result.success  # blocking
@@ -283,7 +283,7 @@ def test_coverage_follows_a_partial_run_through_its_automation_condition(tmp_pat
     config = write_config(tmp_path / "memory_pipeline.yaml", provider="none")
     partitioned = dg.AssetSelection.all(include_sources=False) - dg.AssetSelection.assets(COVERAGE)
     graph = dg.Definitions(assets=index_assets, resources=index_resources(str(config)))
-    with dg.instance_for_test() as instance:
+    with memory_instance() as instance:
         assert materialize(config, instance, tags=dict(FULL_RANGE_TAGS)).success
         first = dg.evaluate_automation_conditions(defs=graph, instance=instance)
         assert first.total_requested == 0  # coverage is as new as the table

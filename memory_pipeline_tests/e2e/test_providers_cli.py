@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from memory_pipeline_tests.conftest import SAMPLE, write_config
+from memory_pipeline_tests.conftest import SAMPLE, TEXT_ONLY, write_config
 from memory_pipeline_tests.fakes.gemini_server import GeminiFake
 from memory_pipeline_tests.fakes.mistral_server import MistralFake
 from memory_pipeline_tests.fakes.ollama_server import OllamaFake
@@ -42,7 +42,7 @@ def _no_ambient_keys(monkeypatch):
 
 @pytest.fixture
 def mem(tmp_path: Path) -> Path:
-    shutil.copytree(SAMPLE, tmp_path / "mem")
+    shutil.copytree(SAMPLE, tmp_path / "mem", ignore=TEXT_ONLY)
     return tmp_path
 
 

@@ -16,7 +16,7 @@ from memory_pipeline.defs.resources import MemoryConfigResource
 from memory_pipeline.models import CHUNKS_SCHEMA, MANIFEST_SCHEMA, SEGMENTS_SCHEMA, embeddings_schema, frame_of
 from memory_pipeline.settings import load_settings
 from memory_pipeline_tests.conftest import write_config
-from memory_pipeline_tests.helpers import LOGGERS
+from memory_pipeline_tests.helpers import LOGGERS, memory_instance
 
 
 def _rows(schema: pa.Schema, shard: str, n: int) -> list[dict]:
@@ -150,7 +150,7 @@ def test_a_multi_shard_run_passes_lazy_mappings_between_real_assets(setup):
             )
         return out  # a plain mapping shard -> frame is stored too
 
-    with dg.instance_for_test() as instance:
+    with memory_instance() as instance:
         result = dg.materialize(
             [producer, consumer],
             instance=instance,
