@@ -129,7 +129,8 @@ class _ForkServer:
                 return False
         from memory_pipeline_tests.zygote import IMPORT_TIME_PREFIXES
 
-        keys = {k for k in {*env, *self.env} if k.startswith(IMPORT_TIME_PREFIXES)}
+        # PYTHONPATH is set on sys.path by the child itself (zygote._set_python_path).
+        keys = {k for k in {*env, *self.env} if k.startswith(IMPORT_TIME_PREFIXES) and k != "PYTHONPATH"}
         return all(env.get(k) == self.env.get(k) for k in keys)
 
     def _start(self) -> None:

