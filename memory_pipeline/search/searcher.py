@@ -22,7 +22,7 @@ from memory_pipeline.errors import ConfigError, FullTextUnavailable, ProviderErr
 from memory_pipeline.providers.registry import query_provider
 from memory_pipeline.search.filters import SearchFilters, file_name_date, note_date, sql_str
 from memory_pipeline.search.folding import identifier_terms, query_terms
-from memory_pipeline.search.fulltext import TextLeg, doc_text_leg, text_leg
+from memory_pipeline.search.fulltext import TermWeights, TextLeg, doc_text_leg, text_leg
 from memory_pipeline.search.fusion import fusion_for
 from memory_pipeline.search.scoring import (
     Candidate,
@@ -131,6 +131,7 @@ class MemorySearcher:
         self.has_ann = self.store.vector_index() is not None if self.dims else False
         self._pool: ThreadPoolExecutor | None = None
         self._layout: tuple[int, int, int] | None = None  # (table version, rows, documents with a document text)
+        self._term_weights = TermWeights()  # the full-text leg's per-term weights, for the table version searched
 
     def options(self, **kw) -> QueryOptions:
         """One query's options: the knobs given (None means unset), the rest from ``settings.query``."""
@@ -310,6 +311,11 @@ class MemorySearcher:
         found = self.table.search().where(f"chunk_id IN ({ids})").select(["chunk_id", "vector"]).limit(len(chunk_ids)).to_arrow()
         return dict(zip(found.column("chunk_id").to_pylist(), _matrix(found.column("vector"), self.dims)))
 
+    def _layout_version(self) -> int:
+        """The table version ``_table_layout`` last looked at (the one being searched)."""
+        assert self._layout is not None
+        return self._layout[0]
+
     def _table_layout(self) -> tuple[int, int]:
         """(rows, documents scored by their whole text): the second is 0 unless every document of
         the table has its document text (a table written before ``DOC_FTS_COLUMN`` existed, or
@@ -334,7 +340,7 @@ class MemorySearcher:
         if docs and (parsed.words or parsed.phrases):
             return doc_text_leg(
                 self.table, parsed, column=FTS_COLUMN, doc_column=DOC_FTS_COLUMN, where=where, limit=pool,
-                columns=cols, folded_text=haystack, total_docs=docs,
+                columns=cols, folded_text=haystack, total_docs=docs, term_weights=self._term_weights.at(self._layout_version()),
             )  # fmt: skip
         return text_leg(
             self.table, parsed, column=FTS_COLUMN, where=where, limit=pool, columns=cols,

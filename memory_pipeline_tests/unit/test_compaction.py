@@ -60,3 +60,26 @@ def test_many_small_commits_are_compacted_and_nothing_changes(tmp_path):
     assert len(hits) == len(rows_before)
     # Below the threshold nothing is rewritten.
     assert "compacted_fragments" not in store.ensure_fts()
+
+
+def test_key_columns_get_btree_indices_that_filters_use(tmp_path):
+    """``ensure_fts`` also indexes chunk_id and doc_id (the searcher's ``IN (…)`` prefilters and
+    lookups); rows written after it are still found, and optimize folds them in."""
+    from memory_pipeline.stores.lance import KEY_COLUMNS
+
+    store = VectorStore(str(tmp_path / "lancedb"), "t")
+    table = store.ensure(DIMS, META)
+    rng = np.random.default_rng(1)
+    assert store.ensure_fts() == {"fts": "empty"}  # an empty table gets no index of any kind
+    assert not store.open().list_indices()
+    store.replace_docs(_rows(table.schema, "src:a.md", 4, rng), ["src:a.md"])
+    store.ensure_fts()
+    indices = {i.name: i for i in store.open().list_indices()}
+    for column in KEY_COLUMNS:
+        assert indices[f"{column}_idx"].index_type == "BTree" and list(indices[f"{column}_idx"].columns) == [column]
+    store.replace_docs(_rows(table.schema, "src:b.md", 3, rng), ["src:b.md"])  # not in the index yet
+    table = store.open()
+    assert table.count_rows("doc_id IN ('src:b.md')") == 3 and table.count_rows("chunk_id IN ('src:a.md#1', 'src:b.md#2')") == 2
+    table.optimize()
+    assert table.index_stats("doc_id_idx").num_unindexed_rows == 0
+    assert table.count_rows("doc_id IN ('src:a.md', 'src:b.md')") == 7

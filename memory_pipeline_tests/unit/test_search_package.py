@@ -287,3 +287,73 @@ def test_other_failures_are_search_errors_not_swallowed(tmp_path: Path):
 )
 def test_is_phrase_query(query: str, phrase: bool):
     assert is_phrase_query(query) is phrase
+
+
+# --- one match query for the words of a query ------------------------------------------------
+
+_WORDS = "deploy deployed deploying notes billing retry policy mon-03.fra.internal ERR_PAYMENT_4471 café cafe the a of priya running runs"
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "deploy deployed",
+        "deploy deploy billing",
+        "retry mon-03.fra.internal café",
+        "cafe café",
+        "running runs billing",
+        "ERR_PAYMENT_4471 priya",
+        "priya -billing retry",
+    ],
+)
+def test_the_words_as_one_match_query_score_as_their_boolean_query(tmp_path: Path, query: str):
+    """The document-level leg sends a words-only query as one MatchQuery (``joined_words``): its
+    BM25 scores must be those of the boolean query of one optional MatchQuery per word, on an index
+    analysed as the product's (ICU, English stemming, ASCII folding, positions)."""
+    import random
+
+    from lancedb.query import BooleanQuery, MatchQuery, Occur
+
+    from memory_pipeline.search.fulltext import joined_words
+    from memory_pipeline.search.syntax import parse_query
+
+    rng = random.Random(13)
+    words = _WORDS.split()
+    docs = [" ".join(rng.choice(words) for _ in range(rng.randint(3, 30))) for _ in range(300)]
+    table = lancedb.connect(str(tmp_path)).create_table("t", pa.table({"id": [str(i) for i in range(300)], "s": docs}))
+    config = FTS(with_position=True, base_tokenizer="icu", language="English", stem=True, remove_stop_words=False, ascii_folding=True)
+    table.create_index("s", config=config, replace=True)
+    parsed = parse_query(query)
+    joined = joined_words(parsed)
+    assert joined is not None
+
+    def scores(q) -> dict[str, float]:
+        return {r["id"]: r["_score"] for r in table.search(q, query_type="fts").limit(300).select(["id", "_score"]).to_list()}
+
+    boolean = scores(BooleanQuery([(Occur.SHOULD, MatchQuery(w, "s")) for w in parsed.words]))
+    one = scores(MatchQuery(joined, "s"))
+    assert boolean and one.keys() == boolean.keys()
+    assert all(math.isclose(one[k], boolean[k], rel_tol=1e-6) for k in one)
+
+
+def test_phrases_and_single_words_keep_their_own_queries():
+    from memory_pipeline.search.fulltext import joined_words
+    from memory_pipeline.search.syntax import parse_query
+
+    assert joined_words(parse_query('"duty manager" rota')) is None
+    assert joined_words(parse_query("rota")) is None
+    assert joined_words(parse_query("duty manager rota")) == "duty manager rota"
+
+
+def test_term_weights_are_kept_per_table_version_and_filter():
+    from memory_pipeline.search.fulltext import TermWeights
+
+    w = TermWeights(size=2).at(7)
+    w.put("billing", None, 3.5)
+    w.put("billing", "source = 'a'", 1.25)
+    assert w.get("billing", None) == 3.5 and w.get("billing", "source = 'a'") == 1.25 and w.get("retry", None) is None
+    w.get("billing", "source = 'a'")  # used last: billing without a filter is now the oldest
+    w.put("retry", None, 2.0)  # the least recently used entry goes
+    assert w.get("billing", None) is None and w.get("retry", None) == 2.0 and w.get("billing", "source = 'a'") == 1.25
+    assert w.at(7).get("retry", None) == 2.0  # the same version keeps them
+    assert w.at(8).get("retry", None) is None  # another version starts empty
