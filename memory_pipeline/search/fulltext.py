@@ -274,7 +274,7 @@ def doc_text_leg(
     columns: list[str],
     folded_text: Callable[[dict], str],
     total_docs: int,
-    term_weights: TermWeights | None = None,
+    term_weights: VersionWeights | None = None,
 ) -> TextLeg:
     """The full-text leg at document level: documents ranked by BM25 over their whole text
     (``doc_column``, one row per document), each result pointing at its best chunk.
@@ -403,40 +403,51 @@ def joined_words(parsed: ParsedQuery) -> str | None:
 
 
 class TermWeights:
-    """Each term's ``W_term`` (its best whole-document BM25 under a filter) for one table version:
-    an LRU of ``size`` entries, emptied when the searcher moves to another version (BM25 depends
-    on every row). Thread-safe: a server's searches share it."""
+    """Each term's ``W_term`` (its best whole-document BM25 under a filter), per table version (BM25
+    depends on every row): an LRU of ``size`` entries shared by a searcher's queries, thread-safe.
+    Entries of older versions are never read again and age out."""
 
     def __init__(self, size: int = 4096) -> None:
         import threading
         from collections import OrderedDict
 
         self.size = size
-        self.version: int | None = None
-        self._items: OrderedDict[tuple[str, str], float] = OrderedDict()
+        self._items: OrderedDict[tuple[int, str, str], float] = OrderedDict()
         self._lock = threading.Lock()
 
-    def at(self, version: int) -> TermWeights:
-        """This cache for ``version`` of the table (emptied if it held another's)."""
-        with self._lock:
-            if version != self.version:
-                self._items.clear()
-                self.version = version
-        return self
+    def at(self, version: int) -> VersionWeights:
+        """The weights measured on ``version`` of the table."""
+        return VersionWeights(self, version)
 
-    def get(self, term: str, where: str | None) -> float | None:
+    def get(self, version: int, term: str, where: str | None) -> float | None:
+        key = (version, term, where or "")
         with self._lock:
-            w = self._items.get((term, where or ""))
+            w = self._items.get(key)
             if w is not None:
-                self._items.move_to_end((term, where or ""))
+                self._items.move_to_end(key)
             return w
 
-    def put(self, term: str, where: str | None, weight: float) -> None:
+    def put(self, version: int, term: str, where: str | None, weight: float) -> None:
+        key = (version, term, where or "")
         with self._lock:
-            self._items[(term, where or "")] = weight
-            self._items.move_to_end((term, where or ""))
+            self._items[key] = weight
+            self._items.move_to_end(key)
             while len(self._items) > self.size:
                 self._items.popitem(last=False)
+
+
+@dataclass(frozen=True)
+class VersionWeights:
+    """``TermWeights`` for one table version: what the full-text leg of one query reads and fills."""
+
+    cache: TermWeights
+    version: int
+
+    def get(self, term: str, where: str | None) -> float | None:
+        return self.cache.get(self.version, term, where)
+
+    def put(self, term: str, where: str | None, weight: float) -> None:
+        self.cache.put(self.version, term, where, weight)
 
 
 # A document-level leg keeps one summed score per document and chunk under this key.

@@ -311,36 +311,37 @@ class MemorySearcher:
         found = self.table.search().where(f"chunk_id IN ({ids})").select(["chunk_id", "vector"]).limit(len(chunk_ids)).to_arrow()
         return dict(zip(found.column("chunk_id").to_pylist(), _matrix(found.column("vector"), self.dims)))
 
-    def _layout_version(self) -> int:
-        """The table version ``_table_layout`` last looked at (the one being searched)."""
-        assert self._layout is not None
-        return self._layout[0]
-
     def _table_layout(self) -> tuple[int, int]:
-        """(rows, documents scored by their whole text): the second is 0 unless every document of
-        the table has its document text (a table written before ``DOC_FTS_COLUMN`` existed, or
-        one half-way through ``add_document_text``, is scored per chunk). Checked again when the
-        table's version changes (a long-lived searcher sees the index grow)."""
+        """(rows, documents scored by their whole text): see ``_versioned_layout``."""
+        _, rows, docs = self._versioned_layout()
+        return rows, docs
+
+    def _versioned_layout(self) -> tuple[int, int, int]:
+        """(table version, rows, documents scored by their whole text): the last is 0 unless every
+        document of the table has its document text (a table written before ``DOC_FTS_COLUMN``
+        existed, or one half-way through ``add_document_text``, is scored per chunk). Checked again
+        when the table's version changes (a long-lived searcher sees the index grow)."""
         assert self.table is not None
         version = int(self.table.version)
-        if self._layout is None or self._layout[0] != version:
+        layout = self._layout
+        if layout is None or layout[0] != version:
             rows = self.table.count_rows()
             docs = 0
             if DOC_FTS_COLUMN in self.table.schema.names:
                 docs = self.table.count_rows(f"{DOC_FTS_COLUMN} != ''")  # null or empty: no document text
                 if docs and self.table.count_rows(f"chunk_index = 0 AND {DOC_FTS_COLUMN} IS NULL"):
                     docs = 0  # not every document has one yet
-            self._layout = (version, rows, docs)
-        return self._layout[1], self._layout[2]
+            layout = self._layout = (version, rows, docs)
+        return layout
 
     def _fts(self, parsed: ParsedQuery, where: str | None, pool: int, *, with_vectors: bool) -> TextLeg:
         cols = _COLUMNS + (["vector"] if with_vectors else [])
         assert self.table is not None  # ranked() returns early without a table
-        rows, docs = self._table_layout()
+        version, rows, docs = self._versioned_layout()
         if docs and (parsed.words or parsed.phrases):
             return doc_text_leg(
                 self.table, parsed, column=FTS_COLUMN, doc_column=DOC_FTS_COLUMN, where=where, limit=pool,
-                columns=cols, folded_text=haystack, total_docs=docs, term_weights=self._term_weights.at(self._layout_version()),
+                columns=cols, folded_text=haystack, total_docs=docs, term_weights=self._term_weights.at(version),
             )  # fmt: skip
         return text_leg(
             self.table, parsed, column=FTS_COLUMN, where=where, limit=pool, columns=cols,

@@ -348,12 +348,15 @@ def test_phrases_and_single_words_keep_their_own_queries():
 def test_term_weights_are_kept_per_table_version_and_filter():
     from memory_pipeline.search.fulltext import TermWeights
 
-    w = TermWeights(size=2).at(7)
+    cache = TermWeights(size=3)
+    w = cache.at(7)
     w.put("billing", None, 3.5)
     w.put("billing", "source = 'a'", 1.25)
     assert w.get("billing", None) == 3.5 and w.get("billing", "source = 'a'") == 1.25 and w.get("retry", None) is None
-    w.get("billing", "source = 'a'")  # used last: billing without a filter is now the oldest
-    w.put("retry", None, 2.0)  # the least recently used entry goes
+    assert cache.at(8).get("billing", None) is None  # another version: measured again
+    cache.at(8).put("billing", None, 4.0)
+    assert cache.at(7).get("billing", None) == 3.5 and cache.at(8).get("billing", None) == 4.0
+    w.get("billing", "source = 'a'")  # used: billing at version 7 without a filter is the oldest now ...
+    cache.at(8).get("billing", None)
+    w.put("retry", None, 2.0)  # ... and goes first when the cache is full
     assert w.get("billing", None) is None and w.get("retry", None) == 2.0 and w.get("billing", "source = 'a'") == 1.25
-    assert w.at(7).get("retry", None) == 2.0  # the same version keeps them
-    assert w.at(8).get("retry", None) is None  # another version starts empty
