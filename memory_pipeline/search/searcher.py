@@ -311,12 +311,7 @@ class MemorySearcher:
         found = self.table.search().where(f"chunk_id IN ({ids})").select(["chunk_id", "vector"]).limit(len(chunk_ids)).to_arrow()
         return dict(zip(found.column("chunk_id").to_pylist(), _matrix(found.column("vector"), self.dims)))
 
-    def _table_layout(self) -> tuple[int, int]:
-        """(rows, documents scored by their whole text): see ``_versioned_layout``."""
-        _, rows, docs = self._versioned_layout()
-        return rows, docs
-
-    def _versioned_layout(self) -> tuple[int, int, int]:
+    def _table_layout(self) -> tuple[int, int, int]:
         """(table version, rows, documents scored by their whole text): the last is 0 unless every
         document of the table has its document text (a table written before ``DOC_FTS_COLUMN``
         existed, or one half-way through ``add_document_text``, is scored per chunk). Checked again
@@ -337,7 +332,7 @@ class MemorySearcher:
     def _fts(self, parsed: ParsedQuery, where: str | None, pool: int, *, with_vectors: bool) -> TextLeg:
         cols = _COLUMNS + (["vector"] if with_vectors else [])
         assert self.table is not None  # ranked() returns early without a table
-        version, rows, docs = self._versioned_layout()
+        version, rows, docs = self._table_layout()
         if docs and (parsed.words or parsed.phrases):
             return doc_text_leg(
                 self.table, parsed, column=FTS_COLUMN, doc_column=DOC_FTS_COLUMN, where=where, limit=pool,

@@ -339,6 +339,9 @@ class VectorStore:
     def ensure_fts(self, fts=None, *, rebuild: bool = False) -> dict:
         """Create the FTS index when missing (or ``rebuild``); fold new rows into it once many are unindexed.
 
+        The B-tree indices on ``KEY_COLUMNS`` are made here too, when missing (the same upkeep,
+        after the same writes).
+
         LanceDB's FTS also scans rows not yet indexed, so new rows are found by text at once.
         ``fts`` is the ``FtsConfig`` (stemming, language, accent folding); a changed config
         takes effect when the index is rebuilt (``memory index --force``).
@@ -538,9 +541,8 @@ def _ensure_key_indices(table: Any, indices: dict) -> None:
     in by ``optimize``, and read by a scan until then, as for the full-text index)."""
     from lancedb.index import BTree
 
-    if table.count_rows() == 0:
+    missing = [c for c in KEY_COLUMNS if c in table.schema.names and f"{c}_idx" not in indices]
+    if not missing or table.count_rows() == 0:
         return
-    for column in KEY_COLUMNS:
-        name = f"{column}_idx"
-        if column in table.schema.names and name not in indices:
-            table.create_index(column, config=BTree(), replace=True, name=name)
+    for column in missing:
+        table.create_index(column, config=BTree(), replace=True, name=f"{column}_idx")

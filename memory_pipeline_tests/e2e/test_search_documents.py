@@ -68,7 +68,7 @@ def _check_ranking(settings) -> None:
 
 def test_the_long_file_ranks_by_its_whole_text_and_points_at_its_best_chunk(indexed):
     searcher = MemorySearcher(indexed)
-    rows, docs = searcher._table_layout()
+    _, rows, docs = searcher._table_layout()
     assert docs == 5 and rows > 5  # one document text per file, the long file in many chunks
     table = _table(indexed)
     assert table.count_rows(f"{DOC_FTS_COLUMN} != ''") == 5
@@ -90,7 +90,7 @@ def test_a_table_written_before_the_document_column_searches_and_is_upgraded(tmp
     table.drop_columns([DOC_FTS_COLUMN])
     assert DOC_FTS_COLUMN not in table.schema.names
     # Old layout: scored per chunk, no error, the same answer.
-    assert MemorySearcher(settings)._table_layout()[1] == 0
+    assert MemorySearcher(settings)._table_layout()[2] == 0
     _check_ranking(settings)
     for query in ('"zebra forklift"', "zebr*", "zebra -walrus", "zebra OR walrus"):
         assert isinstance(search(query, settings=settings, mode="fts", min_score=0.0), list)
@@ -100,7 +100,7 @@ def test_a_table_written_before_the_document_column_searches_and_is_upgraded(tmp
     run_index(settings)
     table = _table(settings)
     assert table.count_rows(f"{DOC_FTS_COLUMN} != ''") == 5
-    assert MemorySearcher(settings)._table_layout()[1] == 5
+    assert MemorySearcher(settings)._table_layout()[2] == 5
     _check_ranking(settings)
 
 
@@ -127,12 +127,44 @@ def test_an_index_run_with_nothing_changed_upgrades_an_old_table(tmp_path):
     summary = run_index(settings)
     assert summary["skipped_run"] is False and summary["errors"] == []
     assert _table(settings).count_rows(f"{DOC_FTS_COLUMN} != ''") == 5
-    assert MemorySearcher(settings)._table_layout()[1] == 5
+    assert MemorySearcher(settings)._table_layout()[2] == 5
     _check_ranking(settings)
     assert run_index(settings)["skipped_run"] is True  # settled again
     # Half-way through an upgrade: one file's document text missing.
     _table(settings).update(where="path = 'long.md' AND chunk_index = 0", values={DOC_FTS_COLUMN: None})
-    assert MemorySearcher(settings)._table_layout()[1] == 0  # scored per chunk meanwhile
+    assert MemorySearcher(settings)._table_layout()[2] == 0  # scored per chunk meanwhile
     assert run_index(settings)["skipped_run"] is False
     assert _table(settings).count_rows(f"{DOC_FTS_COLUMN} != ''") == 5
     _check_ranking(settings)
+
+
+def test_a_word_asked_again_costs_no_query_until_the_table_changes(tmp_path, monkeypatch):
+    """A long-lived searcher keeps each word's best whole-document score (``TermWeights``): the
+    same query again sends no per-word query and ranks the same; after a commit the weights are
+    measured again on the new version."""
+    import memory_pipeline.search.fulltext as fulltext
+
+    settings = _index(tmp_path)
+    searcher = MemorySearcher(settings)
+    per_word: list[str] = []
+    real = fulltext.fts_rows
+
+    def counting(table, query, *, column, where, limit, columns):
+        if limit == 1:  # the per-word best-score queries are the leg's only limit-1 queries
+            per_word.append(str(getattr(query, "terms", query)))
+        return real(table, query, column=column, where=where, limit=limit, columns=columns)
+
+    monkeypatch.setattr(fulltext, "fts_rows", counting)
+    opts = searcher.options(mode="fts", min_score=0.0)
+    first = [(r.path, r.score) for r in searcher.search("zebra quokka walrus", opts)]
+    assert len(per_word) == 3
+    again = [(r.path, r.score) for r in searcher.search("walrus zebra quokka", opts)]
+    assert len(per_word) == 3 and again == first  # no query, the same answer
+    searcher.search("zebra budget", opts)
+    assert len(per_word) == 4  # only the new word
+    # A new table version: every weight is measured again, and the answer follows the new rows.
+    (settings.sources[0].path / "zebra.md").write_text("# Zebra\n\nzebra zebra zebra quokka walrus\n")
+    run_index(settings)
+    searcher.table.checkout_latest()
+    after = [r.path for r in searcher.search("zebra quokka walrus", opts)]
+    assert len(per_word) == 7 and Path(after[0]).name == "zebra.md"

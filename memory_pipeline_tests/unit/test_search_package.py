@@ -11,6 +11,9 @@ from pathlib import Path
 import lancedb
 import pyarrow as pa
 import pytest
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 from lancedb.index import FTS
 
 from memory_pipeline.errors import ConfigError, FullTextUnavailable, SearchError
@@ -360,3 +363,40 @@ def test_term_weights_are_kept_per_table_version_and_filter():
     cache.at(8).get("billing", None)
     w.put("retry", None, 2.0)  # ... and goes first when the cache is full
     assert w.get("billing", None) is None and w.get("retry", None) == 2.0 and w.get("billing", "source = 'a'") == 1.25
+
+
+@pytest.fixture(scope="module")
+def stemmed_table(tmp_path_factory):
+    import random
+
+    rng = random.Random(29)
+    words = _WORDS.split() + ["naïve", "Zürich", "数据库", "x_1", "AND", "OR", "NOT", "a*b", "(x)", "'quoted'"]
+    docs = [" ".join(rng.choice(words) for _ in range(rng.randint(1, 25))) for _ in range(200)]
+    table = lancedb.connect(str(tmp_path_factory.mktemp("joined"))).create_table("t", pa.table({"id": [str(i) for i in range(200)], "s": docs}))
+    config = FTS(with_position=True, base_tokenizer="icu", language="English", stem=True, remove_stop_words=False, ascii_folding=True)
+    table.create_index("s", config=config, replace=True)
+    return table
+
+
+@hypothesis_settings(max_examples=60, deadline=None)
+@given(st.text(min_size=1, max_size=80))
+def test_any_query_text_joined_scores_as_its_boolean_query(stemmed_table, text: str):
+    """Whatever the user typed (operators, quotes, punctuation, any script): when the words are sent
+    as one MatchQuery, LanceDB accepts it and gives every row the boolean query's score."""
+    from lancedb.query import BooleanQuery, MatchQuery, Occur
+
+    from memory_pipeline.search.fulltext import joined_words
+    from memory_pipeline.search.syntax import parse_query
+
+    parsed = parse_query(text)
+    joined = joined_words(parsed)
+    if joined is None:
+        return
+
+    def scores(q) -> dict[str, float]:
+        return {r["id"]: r["_score"] for r in stemmed_table.search(q, query_type="fts").limit(200).select(["id", "_score"]).to_list()}
+
+    boolean = scores(BooleanQuery([(Occur.SHOULD, MatchQuery(w, "s")) for w in parsed.words]))
+    one = scores(MatchQuery(joined, "s"))
+    assert one.keys() == boolean.keys()
+    assert all(math.isclose(one[k], boolean[k], rel_tol=1e-5) for k in one)
