@@ -152,7 +152,9 @@ def test_backfill_two_partitions_from_the_ui(ui, sample_dir: Path):
             # Materialize all… → pick two partitions → Launch backfill.
             page.get_by_role("button", name="Materialize all…").click()
             dialog = page.locator(".dagster-dialog")
-            expect(dialog).to_contain_text(f"Launch runs to materialize {len(ASSETS)} assets")
+            # The dialog can wait behind Dagster's onboarding pop-up (closed by _skip_onboarding's
+            # handler): the page's 60 s, not expect's default 5 s (one run failed on that).
+            expect(dialog).to_contain_text(f"Launch runs to materialize {len(ASSETS)} assets", timeout=60_000)
             dialog.get_by_text("Select a partition or create one").click()
             for shard in shards:
                 page.get_by_role("menuitem", name=re.compile(rf"^{shard}\b")).click()
