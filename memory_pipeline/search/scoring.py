@@ -66,7 +66,7 @@ def relevance(sv: float, st: float, mode: str, vector_weight: float, text_weight
     return 1.0 - (1.0 - sv) ** ev * (1.0 - min(st, 0.999999)) ** et
 
 
-STANDOUT_Z = 8.0  # how far above the other candidates a result must stand to be answered anyway
+STANDOUT_Z = 10.0  # how far above the other candidates a result must stand to be answered anyway
 STANDOUT_FLOOR = 0.1  # ... and the least relevance it must still have
 STANDOUT_POOL = 20  # the best candidates the comparison is made among (independent of the pool size)
 _MIN_SPREAD = 0.02  # a floor under the others' spread: identical near-zero scores are not "spread 0"
