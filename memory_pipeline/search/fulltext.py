@@ -230,7 +230,7 @@ def text_leg(
                 raise
             # A prefilter LanceDB refuses (an odd regex): search without it, check on the text.
             rows = fts_rows(table, query, column=column, where=where, limit=limit, columns=cols)
-        rows = [r for r in rows if parsed.accepts(folded_text(r))]
+        rows = accepted(parsed, rows, folded_text)
         best = max((float(r.get("_score") or 0.0) for r in rows), default=0.0)
         floor = min((float(r.get("_score") or 0.0) for r in rows), default=0.0) if len(rows) >= limit else 0.0
         leg.presence[term_key] = test
@@ -253,7 +253,7 @@ def text_leg(
         # Only prefixes: no BM25 term to rank by; the rows holding them, each prefix one unit.
         q = table.search().where(full_where) if full_where else table.search()
         rows = q.select(columns).limit(limit).to_list()
-        rows = [r for r in rows if parsed.accepts(folded_text(r))]
+        rows = accepted(parsed, rows, folded_text)
         for term in parsed.prefixes:
             for r in rows:
                 r["_score"] = 1.0 if term.matches(folded_text(r)) else 0.0
@@ -376,7 +376,7 @@ def doc_text_leg(
             if constraint is None:
                 raise
             found = fts_rows(table, summed(column), column=column, where=restricted(where or "", part), limit=2 * limit, columns=columns + ["_score"])
-        found = [r for r in found if parsed.accepts(folded_text(r))]
+        found = accepted(parsed, found, folded_text)
         top = max((float(r.get("_score") or 0.0) for r in found), default=0.0)
         leg.chunk_weights[SUM_KEY] = max(leg.chunk_weights.get(SUM_KEY, 0.0), top)
         for row in found:
@@ -385,9 +385,18 @@ def doc_text_leg(
             leg.chunk_terms.setdefault(row["chunk_id"], {})[SUM_KEY] = score
             shown.add(row["doc_id"])
     for d, row in first_rows.items():
-        if d not in shown and parsed.accepts(folded_text(row)):
+        if d not in shown and (not parsed.constrains or parsed.accepts(folded_text(row))):
             leg.rows.setdefault(row["chunk_id"], row)
     return leg
+
+
+def accepted(parsed: ParsedQuery, rows: list[dict], folded_text: Callable[[dict], str]) -> list[dict]:
+    """The rows whose folded text satisfies the query's required and excluded clauses (all of them,
+    without folding any text, when it has none: folding every candidate's text cost a long query
+    on a 14k-chunk table a tenth of its time)."""
+    if not parsed.constrains:
+        return rows
+    return [r for r in rows if parsed.accepts(folded_text(r))]
 
 
 def joined_words(parsed: ParsedQuery) -> str | None:

@@ -130,6 +130,11 @@ class ParsedQuery:
         """Folded, lightly stemmed words to highlight in snippets (``query_terms`` of the positive words)."""
         return query_terms(" ".join(t.text for c in self.positive for t in c.terms))
 
+    @cached_property
+    def constrains(self) -> bool:
+        """Whether the query has required or excluded clauses (else ``accepts`` is always true)."""
+        return any(c.required or c.negated for c in self.clauses)
+
     def accepts(self, folded: str) -> bool:
         """Whether a (folded) text satisfies the required and excluded clauses."""
         for c in self.clauses:

@@ -1,0 +1,141 @@
+"""The vector leg in memory (``FlatVectors``): a long-lived searcher over a table that fits
+``FLAT_MAX_BYTES`` ranks chunks by one matrix product instead of a LanceDB scan per query. It
+must answer exactly what LanceDB answers, follow the table as it changes, and stay out of the
+way of filtered queries and large tables. Real local model, real LanceDB."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import memory_pipeline.search.searcher as searcher_mod
+from memory_pipeline.runner import run_index
+from memory_pipeline.search import MemorySearcher
+from memory_pipeline.search.searcher import FlatVectors
+from memory_pipeline.settings import load_settings
+from memory_pipeline_tests.conftest import write_config
+
+TOPICS = [
+    "the espresso machine needs descaling every month",
+    "Priya moved the billing retry policy to exponential backoff",
+    "the warehouse dashboard shows stale inventory counts",
+    "Kenji profiled the queue consumer and found a slow regex",
+    "we rolled back the TLS certificate rotation on the edge proxies",
+    "the quarterly budget review moved to Thursday afternoon",
+    "Marco fixed the flaky login test by waiting for the redirect",
+    "the backup job now runs the schema migration check first",
+    "alert rules for disk usage on the analytics cluster were tightened",
+    "the team offsite will be held at the lake house in June",
+]
+QUERIES = ["coffee maker maintenance", "payment retries", "certificate rollback", "where is the offsite", "slow consumer"]
+
+
+@pytest.fixture(scope="module")
+def indexed(tmp_path_factory):
+    root = tmp_path_factory.mktemp("flat")
+    mem = root / "mem"
+    (mem / "work").mkdir(parents=True)
+    for i, topic in enumerate(TOPICS):
+        sub = mem / "work" if i % 2 else mem
+        (sub / f"2026-05-{i + 1:02d}.md").write_text(f"# Day {i}\n\n{topic.capitalize()}.\n\nOther notes of the day {i}.\n")
+    settings = load_settings(write_config(root / "memory_pipeline.yaml", provider="local"))
+    run_index(settings)
+    return settings
+
+
+def _key(results) -> list[tuple[str, str]]:
+    return [(r.path, r.chunk_id) for r in results]
+
+
+def _scores(results) -> list[float]:
+    return [r.vector_score for r in results] + [r.score for r in results]
+
+
+@pytest.mark.parametrize("mode", ["vector", "hybrid"])
+def test_in_memory_vectors_answer_exactly_what_lancedb_answers(indexed, monkeypatch, mode: str):
+    flat = MemorySearcher(indexed)
+    opts = flat.options(mode=mode, min_score=0.0, max_results=8)
+    for q in QUERIES:
+        flat.search(q, opts)  # the first query of a version reads no vectors
+    assert flat._flat is not None  # from the second query on, they are in memory
+    monkeypatch.setattr(searcher_mod, "FLAT_MAX_BYTES", 0)
+    scan = MemorySearcher(indexed)
+    for q in QUERIES:
+        monkeypatch.setattr(searcher_mod, "FLAT_MAX_BYTES", 64 * 2**20)
+        got = flat.search(q, opts)
+        monkeypatch.setattr(searcher_mod, "FLAT_MAX_BYTES", 0)
+        want = scan.search(q, opts)
+        assert scan._flat is None
+        assert _key(got) == _key(want), q
+        np.testing.assert_allclose(_scores(got), _scores(want), atol=1e-5)
+
+
+def test_a_one_query_searcher_reads_no_vectors(indexed):
+    searcher = MemorySearcher(indexed)
+    assert searcher.search("payment retries", searcher.options(mode="vector", min_score=0.0))
+    assert searcher._flat is None
+
+
+def test_filtered_queries_and_large_tables_are_searched_by_lancedb(indexed, monkeypatch):
+    searcher = MemorySearcher(indexed)
+    opts = searcher.options(mode="vector", min_score=0.0)
+    searcher.search("payment retries", opts)
+    searcher.search("payment retries", opts)
+    assert searcher._flat is not None
+    loads: list[int] = []
+    real = FlatVectors.nearest
+    monkeypatch.setattr(FlatVectors, "nearest", lambda self, q, k: loads.append(k) or real(self, q, k))
+    from memory_pipeline.search.filters import SearchFilters
+
+    in_work = searcher.options(mode="vector", min_score=0.0, filters=SearchFilters(path_glob="work/**"))
+    results = searcher.search("payment retries", in_work)
+    assert results and all("/mem/work/" in r.path for r in results) and loads == []
+    # A table over the limit is never held in memory.
+    monkeypatch.setattr(searcher_mod, "FLAT_MAX_BYTES", 1024)
+    big = MemorySearcher(indexed)
+    for _ in range(3):
+        assert big.search("payment retries", opts)
+    assert big._flat is None
+
+
+def test_the_vectors_follow_the_table_as_it_changes(indexed, tmp_path):
+    import shutil
+
+    root = tmp_path / "copy"
+    shutil.copytree(Path(indexed.sources[0].path).parent, root)
+    settings = load_settings(str(root / "memory_pipeline.yaml"))
+    searcher = MemorySearcher(settings)
+    opts = searcher.options(mode="vector", min_score=0.0, max_results=3)
+    searcher.search("snorkeling trip", opts)
+    searcher.search("snorkeling trip", opts)
+    before = searcher._flat
+    assert before is not None
+    (root / "mem" / "2026-06-01.md").write_text("# Holiday\n\nWe booked a snorkeling trip to the coral reef.\n")
+    (root / "mem" / "2026-05-01.md").unlink()
+    run_index(settings)
+    searcher.table.checkout_latest()
+    searcher.search("snorkeling trip", opts)  # the new version's first query: LanceDB
+    got = searcher.search("snorkeling trip", opts)  # the second: its vectors, read again
+    assert searcher._flat is not None and searcher._flat.version != before.version
+    assert Path(got[0].path).name == "2026-06-01.md"
+    assert not any(Path(r.path).name == "2026-05-01.md" for r in searcher.search("espresso descaling", opts))
+
+
+def test_nearest_is_the_exact_cosine_order_ties_by_position():
+    rng = np.random.default_rng(7)
+    m = rng.standard_normal((200, 16)).astype(np.float32)
+    m /= np.linalg.norm(m, axis=1, keepdims=True)
+    m[50] = m[10]  # a tie: the earlier row first
+    flat = FlatVectors(1, [f"c{i}" for i in range(200)], {f"c{i}": i for i in range(200)}, m, np.arange(200))
+    q = m[10] + 0.01 * m[3]
+    q /= np.linalg.norm(q)
+    got = flat.nearest(q, 20)
+    sims = m @ q
+    want = sorted(range(200), key=lambda i: (-sims[i], i))[:20]
+    assert [i for i, _ in got] == want and got[0][0] == 10 and got[1][0] == 50
+    assert [s for _, s in got] == pytest.approx([float(sims[i]) for i in want])
+    assert len(flat.nearest(q, 500)) == 200 and flat.nearest(q, 0) == []
+    assert flat.vector("c7") is m[7] or np.array_equal(flat.vector("c7"), m[7])
+    assert flat.vector("nope") is None
