@@ -307,7 +307,13 @@ class MemorySearcher:
         assert table is not None  # ranked() returns early without a table
         flat = self._flat_vectors() if full_where is None else None
         if flat is not None:
-            return self._flat_rows(flat, qvec, pool)
+            try:
+                return self._flat_rows(flat, qvec, pool)
+            except (ValueError, RuntimeError, OSError) as err:
+                # Row ids are a version's: a compaction committed by another process since the
+                # check can take their fragments away. This query scans; the next reads them again.
+                log.info("in-memory vectors out of date (%s): searching the table", err)
+                self._flat = None
 
         def run(w: str | None) -> pa.Table:
             # distance_type is on the vector query builder that search(vector) returns; lancedb's stubs type the base class.

@@ -139,3 +139,20 @@ def test_nearest_is_the_exact_cosine_order_ties_by_position():
     assert len(flat.nearest(q, 500)) == 200 and flat.nearest(q, 0) == []
     assert flat.vector("c7") is m[7] or np.array_equal(flat.vector("c7"), m[7])
     assert flat.vector("nope") is None
+
+
+def test_rows_gone_from_under_the_vectors_fall_back_to_a_scan(indexed, monkeypatch):
+    """A compaction committed between the version check and the take moves the rows: LanceDB
+    refuses the stale row ids, and the query is answered by a scan instead, the vectors dropped."""
+    searcher = MemorySearcher(indexed)
+    opts = searcher.options(mode="vector", min_score=0.0)
+    want = _key(searcher.search("payment retries", opts))
+    searcher.search("payment retries", opts)
+    assert searcher._flat is not None
+
+    def stale(*_args, **_kw):
+        raise RuntimeError("fragment 3 not found")
+
+    monkeypatch.setattr(searcher.table, "take_row_ids", stale)
+    assert _key(searcher.search("payment retries", opts)) == want
+    assert searcher._flat is None
