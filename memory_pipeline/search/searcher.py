@@ -140,7 +140,9 @@ class FlatVectors:
     def load(cls, table, version: int, dims: int) -> FlatVectors:
         found = table.search().with_row_id(True).select(["chunk_id", "vector"]).limit(None).to_arrow()
         ids = found.column("chunk_id").to_pylist()
-        return cls(version, ids, {c: i for i, c in enumerate(ids)}, _matrix(found.column("vector"), dims), found.column("_rowid").to_numpy())
+        matrix = _matrix(found.column("vector"), dims)
+        matrix.setflags(write=False)  # candidates hold rows of it: shared by every query
+        return cls(version, ids, {c: i for i, c in enumerate(ids)}, matrix, found.column("_rowid").to_numpy())
 
     def nearest(self, qvec: np.ndarray, k: int) -> list[tuple[int, float]]:
         """(position, cosine) of the ``k`` chunks nearest ``qvec``, nearest first."""
@@ -177,6 +179,7 @@ class MemorySearcher:
         self._flat: FlatVectors | None = None
         self._flat_lock = threading.Lock()  # one load of the vectors at a time (a server's threads share a searcher)
         self._asked: tuple[int, int] = (-1, 0)  # (table version, queries asked of it)
+        self._flat_failed = -1  # a table version whose vectors could not be read or taken
 
     def options(self, **kw) -> QueryOptions:
         """One query's options: the knobs given (None means unset), the rest from ``settings.query``."""
@@ -308,12 +311,17 @@ class MemorySearcher:
         flat = self._flat_vectors() if full_where is None else None
         if flat is not None:
             try:
-                return self._flat_rows(flat, qvec, pool)
+                got = self._flat_rows(flat, qvec, pool)
             except (ValueError, RuntimeError, OSError) as err:
-                # Row ids are a version's: a compaction committed by another process since the
-                # check can take their fragments away. This query scans; the next reads them again.
-                log.info("in-memory vectors out of date (%s): searching the table", err)
-                self._flat = None
+                # Row ids are a version's: LanceDB refusing them means these vectors cannot serve
+                # this version. The query scans, and the version is not read into memory again.
+                log.info("the in-memory vectors cannot fetch their rows (%s): searching the table", err)
+                self._flat_failed = flat.version
+                if self._flat is flat:
+                    self._flat = None
+                got = None
+            if got is not None:
+                return got
 
         def run(w: str | None) -> pa.Table:
             # distance_type is on the vector query builder that search(vector) returns; lancedb's stubs type the base class.
@@ -338,36 +346,59 @@ class MemorySearcher:
 
     def _flat_vectors(self) -> FlatVectors | None:
         """The table's vectors in memory, for a table that fits ``FLAT_MAX_BYTES``, from the second
-        query asked of a table version on (a one-query searcher, the CLI's, does not read them all)."""
+        query asked of a table version on (a one-query searcher, the CLI's, does not read them all).
+
+        A server's threads share the searcher and move its table handle forward: a query never
+        waits for another's load (it scans meanwhile), never replaces newer vectors with older
+        ones, keeps only vectors read at one version from start to end, and after a failed read
+        or take does not try that version again."""
         assert self.table is not None
         version, rows, _ = self._table_layout()
-        if self._flat is not None and self._flat.version == version:
-            return self._flat
-        self._flat = None
-        asked_version, asked = self._asked
-        self._asked = (version, asked + 1 if asked_version == version else 1)
-        if self._asked[1] < 2 or rows * self.dims * 4 > FLAT_MAX_BYTES:
-            return None
-        with self._flat_lock:
+        flat = self._flat
+        if flat is not None and flat.version == version:
+            return flat
+        if not self._flat_lock.acquire(blocking=False):
+            return None  # another query is reading them: this one scans
+        try:
             flat = self._flat
-            if flat is None or flat.version != version:
-                flat = self._flat = FlatVectors.load(self.table, version, self.dims)
-        return flat
+            if flat is not None and flat.version >= version:
+                return flat if flat.version == version else None  # this query runs on an older version
+            asked_version, asked = self._asked
+            if asked_version > version:
+                return None
+            self._asked = (version, asked + 1 if asked_version == version else 1)
+            if self._asked[1] < 2 or version == self._flat_failed or rows * self.dims * 4 > FLAT_MAX_BYTES:
+                return None
+            try:
+                flat = FlatVectors.load(self.table, version, self.dims)
+            except (ValueError, RuntimeError, OSError) as err:
+                log.info("the table's vectors could not be read into memory (%s): searching the table", err)
+                self._flat_failed = version
+                return None
+            if int(self.table.version) != version:
+                return None  # the handle moved on while they were read: not one version's vectors
+            self._flat = flat
+            return flat
+        finally:
+            self._flat_lock.release()
 
-    def _flat_rows(self, flat: FlatVectors, qvec: np.ndarray, pool: int) -> tuple[list[dict], list[np.ndarray]]:
-        """The vector leg from ``flat``: the nearest chunks' rows (one ``chunk_id IN`` lookup) and vectors."""
+    def _flat_rows(self, flat: FlatVectors, qvec: np.ndarray, pool: int) -> tuple[list[dict], list[np.ndarray]] | None:
+        """The vector leg from ``flat``: the nearest chunks' rows (taken by row id) and vectors; None
+        when the table handle moved to another version meanwhile (the row ids are ``flat``'s)."""
         hits = flat.nearest(qvec, pool)
         if not hits:
             return [], []
         assert self.table is not None
-        ids = [flat.ids[i] for i, _ in hits]
         found = self.table.take_row_ids(sorted(int(flat.row_ids[i]) for i, _ in hits)).select(_COLUMNS).to_list()
+        if int(self.table.version) != flat.version or len(found) != len(hits):
+            return None
         by_id = {r["chunk_id"]: r for r in found}
         rows, vecs = [], []
-        for (i, sim), cid in zip(hits, ids):
-            row = by_id.get(cid)
-            if row is None:  # gone since the vectors were read (the version moved on mid-query)
-                continue
+        for i, sim in hits:
+            row = by_id.get(flat.ids[i])
+            if row is None:
+                return None  # not the rows the vectors were read with
+            row = dict(row) if "_distance" in row else row  # a chunk id twice: each hit its own row
             row["_distance"] = 1.0 - sim
             rows.append(row)
             vecs.append(flat.matrix[i])

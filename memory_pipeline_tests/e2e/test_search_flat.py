@@ -29,7 +29,7 @@ TOPICS = [
     "alert rules for disk usage on the analytics cluster were tightened",
     "the team offsite will be held at the lake house in June",
 ]
-QUERIES = ["coffee maker maintenance", "payment retries", "certificate rollback", "where is the offsite", "slow consumer"]
+QUERIES = ["coffee maker maintenance", "payment retries", "certificate rollback", "where is the offsite", "slow consumer", "shelf 12 bin 3"]
 
 
 @pytest.fixture(scope="module")
@@ -40,6 +40,11 @@ def indexed(tmp_path_factory):
     for i, topic in enumerate(TOPICS):
         sub = mem / "work" if i % 2 else mem
         (sub / f"2026-05-{i + 1:02d}.md").write_text(f"# Day {i}\n\n{topic.capitalize()}.\n\nOther notes of the day {i}.\n")
+    # Enough rows that a query's pool is a small part of the table (the nearest rows are chosen,
+    # not all of them, and taken from scattered positions).
+    for i in range(150):
+        (mem / "log").mkdir(exist_ok=True)
+        (mem / "log" / f"entry-{i:03d}.md").write_text(f"Routine log entry {i}: checked shelf {i % 17} and bin {i % 11}, nothing to report.\n")
     settings = load_settings(write_config(root / "memory_pipeline.yaml", provider="local"))
     run_index(settings)
     return settings
@@ -53,10 +58,10 @@ def _scores(results) -> list[float]:
     return [r.vector_score for r in results] + [r.score for r in results]
 
 
-@pytest.mark.parametrize("mode", ["vector", "hybrid"])
-def test_in_memory_vectors_answer_exactly_what_lancedb_answers(indexed, monkeypatch, mode: str):
+@pytest.mark.parametrize("mode, max_results", [("vector", 3), ("vector", 60), ("hybrid", 3), ("hybrid", 8)])
+def test_in_memory_vectors_answer_exactly_what_lancedb_answers(indexed, monkeypatch, mode: str, max_results: int):
     flat = MemorySearcher(indexed)
-    opts = flat.options(mode=mode, min_score=0.0, max_results=8)
+    opts = flat.options(mode=mode, min_score=0.0, max_results=max_results)
     for q in QUERIES:
         flat.search(q, opts)  # the first query of a version reads no vectors
     assert flat._flat is not None  # from the second query on, they are in memory
@@ -156,3 +161,54 @@ def test_rows_gone_from_under_the_vectors_fall_back_to_a_scan(indexed, monkeypat
     monkeypatch.setattr(searcher.table, "take_row_ids", stale)
     assert _key(searcher.search("payment retries", opts)) == want
     assert searcher._flat is None
+
+
+def test_a_version_whose_rows_cannot_be_taken_is_not_read_again(indexed, monkeypatch):
+    searcher = MemorySearcher(indexed)
+    opts = searcher.options(mode="vector", min_score=0.0, max_results=3)
+    want = _key(searcher.search("payment retries", opts))
+    loads: list[int] = []
+    real = FlatVectors.load.__func__
+
+    def counting(cls, table, version, dims):
+        loads.append(version)
+        return real(cls, table, version, dims)
+
+    monkeypatch.setattr(FlatVectors, "load", classmethod(counting))
+
+    def stale(*_args, **_kw):
+        raise RuntimeError("fragment 3 not found")
+
+    monkeypatch.setattr(searcher.table, "take_row_ids", stale)
+    for _ in range(4):
+        assert _key(searcher.search("payment retries", opts)) == want
+    assert len(loads) == 1 and searcher._flat is None
+
+
+def test_vectors_read_on_one_version_are_not_used_on_another(indexed, tmp_path):
+    """The handle moves on (a server's other thread checks out a new version) between the vectors'
+    version check and the take: the query scans instead of mixing row ids of two versions."""
+    import shutil
+
+    root = tmp_path / "copy"
+    shutil.copytree(Path(indexed.sources[0].path).parent, root)
+    settings = load_settings(str(root / "memory_pipeline.yaml"))
+    searcher = MemorySearcher(settings)
+    opts = searcher.options(mode="vector", min_score=0.0, max_results=3)
+    searcher.search("payment retries", opts)
+    searcher.search("payment retries", opts)
+    old = searcher._flat
+    assert old is not None
+    (root / "mem" / "2026-05-02.md").write_text("# Day 1\n\nThe billing retry policy is now linear.\n")
+    run_index(settings)
+    searcher.table.checkout_latest()
+    assert searcher._flat_rows(old, searcher.provider.embed_query("payment retries"), 20) is None
+    assert matrix_is_read_only(old)
+
+
+def matrix_is_read_only(flat: FlatVectors) -> bool:
+    try:
+        flat.matrix[0, 0] = 1.0
+    except ValueError:
+        return True
+    return False
