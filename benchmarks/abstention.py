@@ -30,7 +30,7 @@ sys.path.insert(0, str(REPO))
 
 from memory_pipeline.evaluation import answerable_queries, index_corpus, load_beir, no_answer_queries  # noqa: E402
 from memory_pipeline.search import MemorySearcher  # noqa: E402
-from memory_pipeline.search.scoring import STANDOUT_FLOOR, STANDOUT_Z, standout  # noqa: E402
+from memory_pipeline.search.scoring import STANDOUT_Z, Candidate, abstain  # noqa: E402
 from memory_pipeline.settings import load_settings  # noqa: E402
 
 RULES = [(0.45, 6.0), (0.5, 8.0), (0.5, 10.0), (0.5, 12.0), (0.5, None), (0.55, 8.0)]
@@ -67,9 +67,8 @@ def relevances(work: Path, folder: Path, extra_queries: Path | None = None) -> d
 
 
 def answers(rels: list[float], min_score: float, z: float | None) -> bool:
-    """Whether the rule returns anything (``scoring.abstain`` with these knobs)."""
-    zs = standout(rels)
-    return any(r >= min_score or (z is not None and r >= STANDOUT_FLOOR and zi >= z) for r, zi in zip(rels, zs))
+    """Whether the rule returns anything: the product's own ``scoring.abstain`` with these knobs."""
+    return bool(abstain([Candidate(row={}, relevance=r) for r in rels], min_score, standout_z=z))
 
 
 def main() -> None:

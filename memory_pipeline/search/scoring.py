@@ -90,15 +90,16 @@ def standout(relevances: list[float]) -> list[float]:
     return out
 
 
-def abstain(cands: list[Candidate], min_score: float) -> list[Candidate]:
+def abstain(cands: list[Candidate], min_score: float, *, standout_z: float | None = STANDOUT_Z) -> list[Candidate]:
     """The candidates worth returning: relevance at least ``min_score``, or, below it, a candidate
     that clearly stands out from the rest (``STANDOUT_Z`` deviations above the other best
     candidates, relevance at least ``STANDOUT_FLOOR``): one voice note at 0.28 when everything
-    else scores 0.03 is the answer; a crowd of look-alikes at 0.3 is not. ``min_score`` 0 keeps all."""
+    else scores 0.03 is the answer; a crowd of look-alikes at 0.3 is not. ``min_score`` 0 keeps all;
+    ``standout_z`` None turns the standout rule off (what ``benchmarks/abstention.py`` compares)."""
     if min_score <= 0:
         return list(cands)
     z = standout([c.relevance for c in cands])
-    return [c for c, zi in zip(cands, z) if c.relevance >= min_score or (c.relevance >= STANDOUT_FLOOR and zi >= STANDOUT_Z)]
+    return [c for c, zi in zip(cands, z) if c.relevance >= min_score or (standout_z is not None and c.relevance >= STANDOUT_FLOOR and zi >= standout_z)]
 
 
 def recency_factor(day: date, today: date, half_life_days: float) -> float:

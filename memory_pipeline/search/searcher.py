@@ -127,8 +127,8 @@ class FlatVectors:
 
     LanceDB without an ANN index scans the table's vectors for every query: 18–25 ms on a
     14k-chunk table, where the product over the same vectors in memory takes under 1 ms and the
-    rows of the nearest chunks come from the ``chunk_id`` B-tree index in a few more. The result is
-    the same exact cosine ranking (stored vectors are unit length)."""
+    rows of the nearest chunks are taken by their row ids in about 3 ms more. The result is the
+    same exact cosine ranking (stored vectors are unit length)."""
 
     version: int
     ids: list[str]
@@ -151,7 +151,12 @@ class FlatVectors:
             return []
         sims = self.matrix @ np.asarray(qvec, dtype=np.float32)
         k = min(k, n)
-        top = np.argpartition(-sims, k - 1)[:k] if k < n else np.arange(n)
+        if k < n:  # the k best; of those tied with the k-th, the first by position
+            kth = np.partition(sims, n - k)[n - k]
+            above = np.flatnonzero(sims > kth)
+            top = np.concatenate([above, np.flatnonzero(sims == kth)[: k - len(above)]])
+        else:
+            top = np.arange(n)
         top = top[np.lexsort((top, -sims[top]))]  # best first; ties by position, as a scan would meet them
         return [(int(i), float(sims[i])) for i in top]
 

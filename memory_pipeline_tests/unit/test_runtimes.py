@@ -201,3 +201,12 @@ def test_eval_indexes_with_the_configured_runtime(tmp_path):
     path = _eval_config(settings, tmp_path)
     assert yaml.safe_load(path.read_text())["local"] == {"runtime": "openvino", "quantize": "int8", "batch_tokens": 4096}
     assert load_settings(path).local == settings.local
+
+
+def test_onnx_threads_do_not_spin_between_runs(cache):
+    """Spinning worker threads took the CPU a search's next steps needed (README, search speed)."""
+    provider = LocalProvider(runtime=Runtime("onnx"))
+    provider.embed_query("load the session")
+    session = provider._direct[0]
+    assert isinstance(session, runtimes.OnnxSession)
+    assert session._session.get_session_options().get_session_config_entry("session.intra_op.allow_spinning") == "0"

@@ -400,3 +400,27 @@ def test_any_query_text_joined_scores_as_its_boolean_query(stemmed_table, text: 
     one = scores(MatchQuery(joined, "s"))
     assert one.keys() == boolean.keys()
     assert all(math.isclose(one[k], boolean[k], rel_tol=1e-5) for k in one)
+
+
+# Query text as a user types it: words, the syntax's operators and quotes, any script.
+_SYNTAX_TEXT = st.lists(
+    st.one_of(st.sampled_from(['"', "-", "+", "*", "OR", "AND", "NOT", "(", ")", " ", "zebra", "Zürich", "数据"]), st.text(max_size=8)),
+    max_size=12,
+).map(" ".join)
+
+
+@hypothesis_settings(max_examples=200, deadline=None)
+@given(_SYNTAX_TEXT, st.lists(st.text(max_size=40), max_size=6))
+def test_the_clause_check_skipped_without_clauses_keeps_what_the_check_keeps(query: str, texts: list[str]):
+    """``accepted`` skips folding every row when the query has no required or excluded clause:
+    for any query and any rows it must keep exactly the rows ``accepts`` keeps."""
+    from memory_pipeline.search.folding import fold
+    from memory_pipeline.search.fulltext import accepted
+    from memory_pipeline.search.syntax import parse_query
+
+    parsed = parse_query(query)
+    rows = [{"text": t} for t in texts]
+    got = accepted(parsed, rows, lambda r: fold(r["text"]))
+    assert got == [r for r in rows if parsed.accepts(fold(r["text"]))]
+    if not parsed.constrains:
+        assert got is rows
