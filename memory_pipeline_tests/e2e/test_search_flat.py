@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import memory_pipeline.search.searcher as searcher_mod
 from memory_pipeline.runner import run_index
@@ -196,3 +198,24 @@ def test_a_version_whose_rows_cannot_be_taken_is_not_read_again(indexed, monkeyp
     for _ in range(4):
         assert _key(searcher.search("payment retries", opts)) == want
     assert len(loads) == 1 and searcher._flat is None
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    rows=st.integers(min_value=1, max_value=300),
+    k=st.integers(min_value=-2, max_value=400),
+    seed=st.integers(min_value=0, max_value=2**32 - 1),
+    ties=st.integers(min_value=0, max_value=300),
+)
+def test_nearest_is_a_brute_force_sort_for_any_table_and_pool(rows: int, k: int, seed: int, ties: int):
+    rng = np.random.default_rng(seed)
+    m = rng.standard_normal((rows, 8)).astype(np.float32)
+    m /= np.linalg.norm(m, axis=1, keepdims=True)
+    source = rng.integers(rows)
+    for i in rng.integers(rows, size=ties):  # copies of one row: a block of equal scores, ordered by position
+        m[i] = m[source]
+    flat = FlatVectors(1, [str(i) for i in range(rows)], {str(i): i for i in range(rows)}, m, np.arange(rows))
+    q = m[source] if ties else rng.standard_normal(8).astype(np.float32)  # the tied block first
+    sims = m @ q
+    want = sorted(range(rows), key=lambda i: (-sims[i], i))[: max(k, 0)]
+    assert [i for i, _ in flat.nearest(q, k)] == want
