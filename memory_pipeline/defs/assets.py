@@ -373,62 +373,86 @@ def chunk_embeddings(
     ident = embedder.identity(settings)
     counts = stages.EmbedCounts()
     per_shard: dict[str, dict[str, int]] = {}
-    try:
-        # The vectors are made here; only the per-shard frames are built as they are written.
-        stream = stages.embed_chunks(settings, memory_chunks, resolved.provider, ident, hooks=stage_hooks, counts=counts, per_shard=per_shard)
-    except ProviderError as err:
+
+    def primary_failed(err: ProviderError) -> Exception:
         if not settings.fallback or resolved.fallback_from is not None:
-            raise
+            return err
         # The primary failed for good (retries spent or refused): later runs use the fallback.
         from memory_pipeline.providers.registry import mark_primary_failed
 
         mark_primary_failed(settings, ident.provider, str(err))
         context.log.error(f"{ident.provider} failed permanently; the fallback {settings.fallback} is used from the next run")
-        raise PrimaryFailed(f"{err}; the fallback {settings.fallback} takes over from the next run", provider=ident.provider, status=err.status) from err
-    batch_tokens = int((counts.batch or {}).get("batch_tokens", 0))
-    cost = estimate(ident.provider, ident.model, batch_tokens=batch_tokens, live_tokens=counts.tokens_embedded)
-    record_usage(
-        settings, run_id=context.run_id, provider=ident.provider, model=ident.model, chunks=counts.embedded - counts.batched, tokens=counts.tokens_embedded
-    )
-    record_usage(settings, run_id=context.run_id, provider=ident.provider, model=ident.model, chunks=counts.batched, tokens=batch_tokens, batch=True)
-    if counts.embedded:
-        embedder.release()  # the table writes and the coverage that follow run without the model's memory
-    if resolved.provider is None:
-        context.log.warning(f"full-text only: {resolved.reason}")
-    run_results.embed = counts
-    info = run_results.embed_info = stages.EmbedInfo(
-        provider=ident.provider,
-        model=ident.model,
-        dims=ident.dims,
-        mode="vector+fts" if resolved.provider is not None else "fts-only",
-        requested_provider=resolved.requested,
-        # Why a fallback stands in, or why nothing embeds (full-text only).
-        fallback_reason=resolved.reason if resolved.fallback_from or (resolved.provider is None and resolved.requested != "none") else "",
-        est_cost_usd=cost["estimated_cost_usd"],
-        tokens_total=counts.tokens_embedded + batch_tokens,
-    )
-    # Without a provider the stage makes empty one-dimensional frames (see stages.embed_chunks).
-    metadata = {
-        "provider": ident.provider,
-        "model": ident.model,
-        "dims": ident.dims,
-        "chunks": counts.chunks,
-        "unique": counts.unique,
-        "cached": counts.cached,
-        "embedded": counts.embedded,
-        "media_embedded": counts.media_embedded,
-        "tokens": counts.tokens_embedded,
-        "tokens_total": counts.tokens_embedded + batch_tokens,
-        "est_cost_usd": cost["estimated_cost_usd"],
-        "embed_seconds": round(counts.seconds, 3),
-        "mode": info.mode,
-        "requested_provider": resolved.requested,
-        "fallback_reason": info.fallback_reason,
-        "requests": int(getattr(resolved.provider, "stats", {}).get("requests", 0)),
-        "retries": int(getattr(resolved.provider, "stats", {}).get("retries", 0)),
-        **_batch_metadata(counts),
-    }
-    frames = _frames(stream, run_results, lambda: metadata, retry_transient=True, context=context, key="chunk_embeddings", per_shard=per_shard)
+        return PrimaryFailed(f"{err}; the fallback {settings.fallback} takes over from the next run", provider=ident.provider, status=err.status)
+
+    try:
+        # The first wave of vectors is made here; the others as the frames are written (stages.embed_chunks).
+        waves = stages.embed_chunks(settings, memory_chunks, resolved.provider, ident, hooks=stage_hooks, counts=counts, per_shard=per_shard)
+    except ProviderError as err:
+        failure = primary_failed(err)
+        if failure is err:
+            raise
+        raise failure from err
+    metadata: dict = {}
+
+    def finished() -> None:
+        """After the last wave: the run's usage, the model's memory let go, the step's numbers."""
+        batch_tokens = int((counts.batch or {}).get("batch_tokens", 0))
+        cost = estimate(ident.provider, ident.model, batch_tokens=batch_tokens, live_tokens=counts.tokens_embedded)
+        record_usage(
+            settings, run_id=context.run_id, provider=ident.provider, model=ident.model, chunks=counts.embedded - counts.batched, tokens=counts.tokens_embedded
+        )
+        record_usage(settings, run_id=context.run_id, provider=ident.provider, model=ident.model, chunks=counts.batched, tokens=batch_tokens, batch=True)
+        if counts.embedded:
+            embedder.release()  # the table writes and the coverage that follow run without the model's memory
+        if resolved.provider is None:
+            context.log.warning(f"full-text only: {resolved.reason}")
+        run_results.embed = counts
+        info = run_results.embed_info = stages.EmbedInfo(
+            provider=ident.provider,
+            model=ident.model,
+            dims=ident.dims,
+            mode="vector+fts" if resolved.provider is not None else "fts-only",
+            requested_provider=resolved.requested,
+            # Why a fallback stands in, or why nothing embeds (full-text only).
+            fallback_reason=resolved.reason if resolved.fallback_from or (resolved.provider is None and resolved.requested != "none") else "",
+            est_cost_usd=cost["estimated_cost_usd"],
+            tokens_total=counts.tokens_embedded + batch_tokens,
+        )
+        # Without a provider the stage makes empty one-dimensional frames (see stages.embed_chunks).
+        metadata.update(
+            {
+                "provider": ident.provider,
+                "model": ident.model,
+                "dims": ident.dims,
+                "chunks": counts.chunks,
+                "unique": counts.unique,
+                "cached": counts.cached,
+                "embedded": counts.embedded,
+                "media_embedded": counts.media_embedded,
+                "tokens": counts.tokens_embedded,
+                "tokens_total": counts.tokens_embedded + batch_tokens,
+                "est_cost_usd": cost["estimated_cost_usd"],
+                "embed_seconds": round(counts.seconds, 3),
+                "mode": info.mode,
+                "requested_provider": resolved.requested,
+                "fallback_reason": info.fallback_reason,
+                "requests": int(getattr(resolved.provider, "stats", {}).get("requests", 0)),
+                "retries": int(getattr(resolved.provider, "stats", {}).get("retries", 0)),
+                **_batch_metadata(counts),
+            }
+        )
+
+    def stream() -> Iterator[tuple[str, Any]]:
+        try:
+            yield from waves
+        except ProviderError as err:
+            failure = primary_failed(err)
+            if failure is err:
+                raise
+            raise failure from err
+        finished()
+
+    frames = _frames(stream(), run_results, lambda: metadata, retry_transient=True, context=context, key="chunk_embeddings", per_shard=per_shard)
     yield dg.Output(frames)
     _ensure_consumed(frames, "chunk_embeddings")
 

@@ -4,9 +4,10 @@ The embedding cache first (by content hash, so unchanged text is never sent twic
 then the provider's batch API where configured, then live requests in slices; every
 slice is checkpointed to the cache, so a killed run loses at most one slice.
 
-The vectors are made corpus-wide when :func:`embed_chunks` is called (so a provider's
-failure is raised there); the frames of content hash and vector are then built one
-shard at a time as the caller consumes them.
+The shards are embedded in waves of bounded size (see :func:`embed_chunks`), so the
+stage's memory follows a wave, not the run; the first wave when :func:`embed_chunks` is
+called (so a provider that fails at once fails there), the others as the caller consumes
+the frames of content hash and vector.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 
 from memory_pipeline import progress, storage
+from memory_pipeline.batching.factory import BATCH_PROVIDERS
 from memory_pipeline.batching.stage import embed_batched
 from memory_pipeline.changes import EmbeddingIdentity
 from memory_pipeline.errors import ProviderError
@@ -51,6 +53,11 @@ class EmbedCounts:
     batch: dict | None = None  # the run's batch metrics (jobs, requests, tokens, fallbacks, cost)
 
 
+WAVE_BYTES = 64 * 1024 * 1024
+"""About what one wave of the embed stage holds: its texts and vectors (see :func:`embed_chunks`)."""
+_TEXT_BYTES = 600  # a chunk's text, hash and bookkeeping in Python objects, about
+
+
 def embed_chunks(
     settings: Settings,
     chunks: Mapping[str, pl.DataFrame],
@@ -60,34 +67,74 @@ def embed_chunks(
     counts: EmbedCounts | None = None,
     per_shard: dict[str, dict[str, int]] | None = None,
 ) -> Iterator[tuple[str, pl.DataFrame]]:
-    """Vectors for every chunk of the changed files (cache first, then the provider, corpus-wide), made now;
-    returns ``(shard, content_hash + vector)`` per shard of ``chunks``, built as it is consumed.
+    """Vectors for every chunk of the changed files (cache first, then the provider); returns
+    ``(shard, content_hash + vector)`` per shard of ``chunks``.
+
+    The shards are embedded in waves of whole shards, each wave holding about
+    :data:`WAVE_BYTES` of texts and vectors, so memory follows the largest wave (at least one
+    shard), not the run. The first wave is embedded now (so a provider that fails at once
+    fails here); the others as the frames are consumed. With the provider's batch API on, the
+    whole run is one wave: one set of jobs, submitted together.
+
+    A text that two waves share is embedded by the first and read from the cache by the
+    second (embedded twice with the cache off).
 
     ``per_shard``: filled in with each shard's own numbers as its frame is built (chunks, unique
     texts, and of those how many came from the cache and how many were embedded by this run; a
     text two shards share counts in both)."""
-    data = storage.of(settings)
     counts = counts if counts is not None else EmbedCounts()
     counts.dims = ident.dims
     per_shard = per_shard if per_shard is not None else {}
     if provider is None:
         # Full-text only: empty one-dimensional frames (the chunks are not even read), so the graph stays whole.
         return ((s, _frame([], np.zeros((0, 1), np.float32), 1)) for s in chunks)
+    batch = settings.remote.batch.enabled and getattr(provider, "name", "") in BATCH_PROVIDERS
+    cap = None if batch else max(1, WAVE_BYTES // (ident.dims * 4 + _TEXT_BYTES))
+    waves = _waves(chunks, cap)
+    first = next(waves, None)
+    done = _embed_wave(settings, provider, ident, hooks, first, counts, per_shard) if first else []
+
+    def stream() -> Iterator[tuple[str, pl.DataFrame]]:
+        yield from done
+        done.clear()
+        for wave in waves:
+            yield from _embed_wave(settings, provider, ident, hooks, wave, counts, per_shard)
+
+    return stream()
+
+
+def _waves(chunks: Mapping[str, pl.DataFrame], cap: int | None) -> Iterator[list[tuple[str, pl.DataFrame]]]:
+    """Consecutive shards whose chunks add up to about ``cap`` (every shard when None)."""
+    wave: list[tuple[str, pl.DataFrame]] = []
+    size = 0
+    for shard in chunks:
+        table = chunks[shard].select("content_hash", "embed_text", "tokens", "media_file", "mime_type", "source")
+        wave.append((shard, table))
+        size += table.height
+        if cap is not None and size >= cap:
+            yield wave
+            wave, size = [], 0
+    if wave:
+        yield wave
+
+
+def _embed_wave(settings, provider, ident, hooks, wave: list[tuple[str, pl.DataFrame]], counts: EmbedCounts, per_shard) -> list[tuple[str, pl.DataFrame]]:
+    """The frames of one wave's shards, their vectors made now."""
+    data = storage.of(settings)
     texts: dict[str, str] = {}
     tokens: dict[str, int] = {}
     shards_of: dict[str, set[str]] = defaultdict(set)
     media: dict[str, tuple[str, str, str, Path | None]] = {}  # content hash -> (abs path, mime, label, root)
     roots = {s.name: s.path for s in settings.sources}
-    for shard in chunks:
-        table = chunks[shard]
+    for shard, table in wave:
         counts.chunks += table.height
-        for h, t, n, f, mime, src in table.select("content_hash", "embed_text", "tokens", "media_file", "mime_type", "source").iter_rows():
+        for h, t, n, f, mime, src in table.iter_rows():
             texts.setdefault(h, t)
             tokens.setdefault(h, n)
             shards_of[h].add(shard)
             if f:
                 media.setdefault(h, (f, mime, t, roots.get(src)))
-    counts.unique = len(texts)
+    counts.unique += len(texts)
     vectors: dict[str, np.ndarray] = {}
     cache = EmbeddingCache(data.cache_path, settings.cache.max_entries) if settings.cache.enabled else None
     try:
@@ -95,14 +142,14 @@ def embed_chunks(
     finally:
         if cache is not None:
             cache.close()
-    return _frames(chunks, vectors, ident.dims, cached, per_shard)
+    del texts, tokens, shards_of, media
+    return list(_frames([(s, t.get_column("content_hash")) for s, t in wave], vectors, ident.dims, cached, per_shard))
 
 
 def _frames(
-    chunks: Mapping[str, pl.DataFrame], vectors: dict[str, np.ndarray], dims: int, cached: set[str], per_shard: dict[str, dict[str, int]]
+    columns: list[tuple[str, pl.Series]], vectors: dict[str, np.ndarray], dims: int, cached: set[str], per_shard: dict[str, dict[str, int]]
 ) -> Iterator[tuple[str, pl.DataFrame]]:
-    for s in chunks:
-        column = chunks[s].get_column("content_hash")
+    for s, column in columns:
         unique = set(column.to_list())
         # Chunks still in a running batch job get no vector yet: their files wait (memory_vectors skips them).
         hashes = sorted(h for h in unique if h in vectors)
@@ -129,7 +176,7 @@ def _embed(settings, provider, ident, hooks, texts, tokens, shards_of, media, ca
         hits = cache.get_many(list(keys.values()), ident.dims)
         vectors.update((h, hits[k]) for h, k in keys.items() if k in hits)
     cached = set(vectors)
-    counts.cached = len(vectors)
+    counts.cached += len(vectors)
     started = time.perf_counter()
     media_misses = [h for h in texts if h not in vectors and h in media]
     if media_misses:
@@ -164,8 +211,11 @@ def _embed(settings, provider, ident, hooks, texts, tokens, shards_of, media, ca
         # What the batch could not do (failed, expired beyond retry, disabled) is embedded live now.
         misses = [h for h in misses if h not in vectors and h not in batched.pending]
     slice_size = max(hooks.embed_slice, 1)
+    # Progress over the waves so far: the total grows by each wave's misses.
+    before = counts.embedded - counts.media_embedded
+    total = before + len(misses)
     if misses:
-        progress.report("embed", 0, len(misses), "chunks")
+        progress.report("embed", before, total, "chunks")
     for i in range(0, len(misses), slice_size):
         batch = misses[i : i + slice_size]
         out = provider.embed_documents([texts[h] for h in batch])
@@ -177,9 +227,9 @@ def _embed(settings, provider, ident, hooks, texts, tokens, shards_of, media, ca
             cache.put_many((keys[h], vectors[h]) for h in batch)
         counts.embedded += len(batch)
         counts.tokens_embedded += sum(tokens[h] for h in batch)
-        progress.report("embed", counts.embedded, len(misses), "chunks")
+        progress.report("embed", counts.embedded - counts.media_embedded, total, "chunks")
         hooks.at("embed_after_first_batch")
-    counts.seconds = time.perf_counter() - started
+    counts.seconds += time.perf_counter() - started
     if batched is not None:
         m = batched.metrics
         m.live_fallbacks, m.live_tokens, m.cache_hits = counts.embedded - counts.media_embedded, counts.tokens_embedded, counts.cached
