@@ -100,6 +100,9 @@ _CAS_ATTEMPTS = 30
 GENERATIONS = "generations.json"
 PROVIDER_STATE = "provider_state.json"
 LAST_RUN = "runs/last_run.json"
+LEDGER_COMPACT_AT = 64
+"""Loose line objects of a ledger on object storage that a writer merges into one segment."""
+_SEGMENT = ".seg.jsonl"
 HISTORY = "runs/history.jsonl"
 USAGE = "runs/embedding_usage.jsonl"
 URL_SCHEMES = ("s3",)
@@ -417,12 +420,17 @@ class DataStore:
     def append_line(self, key: str, line: str) -> None:
         """Add one line to a ledger. On disk: O_APPEND (parallel writers never interleave within
         a line). On object storage, which cannot append: one object per line under
-        ``<key>.d/``, named by time so :meth:`read_lines` gives them in order."""
+        ``<key>.d/``, named by time so :meth:`read_lines` gives them in order; once
+        :data:`LEDGER_COMPACT_AT` of them gather, they are merged into one segment object."""
         line = line.rstrip("\n") + "\n"
         if self.remote:
             store, path = self._object(f"{key}.d/{time.time_ns():020d}-{uuid.uuid4().hex[:12]}.json")
             with store.open_output_stream(path) as fh:
                 fh.write(line.encode())
+            try:
+                self._compact_ledger(key)
+            except OSError as err:  # the line is written; merging can wait for the next writer
+                log.warning("could not compact the ledger %s: %s", self.where(key), err)
             return
         path = self.root / key
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -435,25 +443,76 @@ class DataStore:
     def read_lines(self, key: str) -> list[str]:
         """A ledger's lines, oldest first (empty when there is none yet)."""
         if self.remote:
-            from concurrent.futures import ThreadPoolExecutor
-
-            from pyarrow import fs as pafs
-
-            store, folder = self._object(f"{key}.d")
-            infos = store.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
-            paths = [i.path for i in sorted((i for i in infos if i.type == pafs.FileType.File), key=lambda i: i.base_name)]
-
-            def fetch(path: str) -> str | None:
-                try:
-                    with store.open_input_stream(path) as fh:
-                        return fh.read().decode().rstrip("\n")
-                except FileNotFoundError:
-                    return None  # removed meanwhile
-
-            with ThreadPoolExecutor(max_workers=16) as pool:  # one GET per line: fetched side by side
-                return [line for line in pool.map(fetch, paths) if line is not None]
+            for attempt in range(_CAS_ATTEMPTS):
+                read = self._ledger_entries(key)
+                if read is not None:
+                    return [line for _, line in read[0]]
+                # An object listed was gone when fetched: a writer merged it into a segment. List again.
+                time.sleep(min(1.0, 0.02 * 2**attempt))
+            raise OSError(f"{self.where(key)} kept changing under {_CAS_ATTEMPTS} attempts to read it")
         text = self.read_text(key)
         return [] if not text else text.splitlines()
+
+    def _ledger_entries(self, key: str, *, loose_only: bool = False) -> tuple[list[tuple[str, str]], list[str]] | None:
+        """A ledger on object storage as ``(line object name, line)``, oldest first (the loose line
+        objects and the lines merged into segments, each line once however many segments hold it:
+        two writers may merge the same lines), and the objects read. None when a listed object
+        vanished before it was read."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        from pyarrow import fs as pafs
+
+        store, folder = self._object(f"{key}.d")
+        infos = store.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
+        objects = sorted((i for i in infos if i.type == pafs.FileType.File), key=lambda i: i.base_name)
+        if loose_only:
+            objects = [i for i in objects if not i.base_name.endswith(_SEGMENT)]
+
+        def fetch(info) -> list[tuple[str, str]] | None:
+            try:
+                with store.open_input_stream(info.path) as fh:
+                    text = fh.read().decode()
+            except OSError:
+                # Gone since the listing (a writer merged it), which pyarrow reports at the read, or a
+                # read cut short: the caller lists again (and gives up after a bounded number of tries).
+                return None
+            if not info.base_name.endswith(_SEGMENT):
+                return [(info.base_name, text.rstrip("\n"))]
+            return [(name, line) for name, _, line in (row.partition("\t") for row in text.splitlines())]
+
+        entries: dict[str, str] = {}
+        with ThreadPoolExecutor(max_workers=16) as pool:  # one GET per object: fetched side by side
+            for got in pool.map(fetch, objects):
+                if got is None:
+                    return None
+                entries.update(got)
+        return sorted(entries.items()), [i.base_name for i in objects]
+
+    def _compact_ledger(self, key: str) -> None:
+        """Merge a ledger's loose line objects into one segment once there are
+        :data:`LEDGER_COMPACT_AT` of them, and all its segments into one once there are as many
+        segments. The new segment is written before anything it holds is deleted, and each line
+        keeps its object's name in it, so readers never miss or repeat a line."""
+        from pyarrow import fs as pafs
+
+        store, folder = self._object(f"{key}.d")
+        infos = [i for i in store.get_file_info(pafs.FileSelector(folder, allow_not_found=True)) if i.type == pafs.FileType.File]
+        segments = sum(1 for i in infos if i.base_name.endswith(_SEGMENT))
+        if len(infos) - segments >= LEDGER_COMPACT_AT:
+            read = self._ledger_entries(key, loose_only=True)
+        elif segments >= LEDGER_COMPACT_AT:
+            read = self._ledger_entries(key)
+        else:
+            return
+        if not read or not read[0]:
+            return  # another writer is merging them now
+        entries, objects = read
+        body = "".join(f"{name}\t{line}\n" for name, line in entries)
+        with store.open_output_stream(f"{folder}/{entries[-1][0].removesuffix('.json')}-{uuid.uuid4().hex[:12]}{_SEGMENT}") as fh:
+            fh.write(body.encode())
+        for name in objects:
+            with contextlib.suppress(FileNotFoundError):
+                store.delete_file(f"{folder}/{name}")
 
 
 class LazyFrames(Mapping[str, "pl.DataFrame"]):
