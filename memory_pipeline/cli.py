@@ -798,11 +798,28 @@ def _warnings_to_stderr() -> None:
         logger.propagate = False
 
 
+def _fewer_malloc_arenas() -> None:
+    """Two malloc arenas, as ``MALLOC_ARENA_MAX=2`` would give (a value in the environment wins).
+
+    glibc gives threads that allocate arenas of their own (up to eight per core), and each keeps
+    what was freed in it; with Lance's and the model's thread pools that held about 40 MB more
+    at the peak of a 100k-chunk `memory index` (995 MB without this call, 956 MB with it)."""
+    if "MALLOC_ARENA_MAX" in os.environ or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        ctypes.CDLL("libc.so.6").mallopt(-8, 2)  # M_ARENA_MAX
+    except (OSError, AttributeError):
+        pass  # not glibc
+
+
 def main(argv: list[str] | None = None, *, hooks=None) -> int:
     """The `memory` command. ``hooks`` (``stages.StageHooks``): points a caller can act at
     during `memory index` (tests inject them; see memory_pipeline_tests/fault_cli.py)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
+    _fewer_malloc_arenas()
     args = build_parser().parse_args(argv)
     args.hooks = hooks
     _warnings_to_stderr()

@@ -22,6 +22,14 @@ import pyarrow as pa
 
 from memory_pipeline.errors import IndexMismatchError, StoreError
 
+# Lance's full-text index builder holds up to LANCE_FTS_PARTITION_SIZE MiB of postings per worker
+# before it writes them out as a partition (2,048 MiB by default in the pinned version): at a
+# million chunks the build took gigabytes. 256 bounds it; a table of 100k chunks still gets one
+# partition per index (measured). Read by Lance at its first index build, so set on import; a
+# value in the environment wins.
+FTS_BUILD_MIB = "256"
+os.environ.setdefault("LANCE_FTS_PARTITION_SIZE", FTS_BUILD_MIB)
+
 FTS_COLUMN = "search_text"
 # The whole document's text on one row per document (its first chunk), empty on the others: BM25 over
 # it has document-level statistics (term frequencies add up across chunks, length is the file's),
@@ -316,11 +324,16 @@ class VectorStore:
 
     def _commit_with_retry(self, table, part: pa.Table, condition: str, counts: WriteCounts) -> None:
         def action() -> WriteCounts:
+            before = table.count_rows(condition)
             if part.num_rows == 0:
-                before = table.count_rows(condition)
                 if before:
                     table.delete(condition)
                 return WriteCounts(deleted=before, commits=1)
+            if not before:
+                # Files the table does not hold yet (a first run, new notes): a plain append. A merge
+                # would join against the whole table, in time and memory that grow with it.
+                table.add(_fit(part, table))
+                return WriteCounts(inserted=part.num_rows, commits=1)
             result = (
                 table.merge_insert("chunk_id")
                 .when_matched_update_all()

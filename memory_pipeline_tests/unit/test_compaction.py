@@ -83,3 +83,24 @@ def test_key_columns_get_btree_indices_that_filters_use(tmp_path):
     table.optimize()
     assert table.index_stats("doc_id_idx").num_unindexed_rows == 0
     assert table.count_rows("doc_id IN ('src:a.md', 'src:b.md')") == 7
+
+
+def test_new_files_are_appended_and_changed_files_merged_to_exactly_their_rows(tmp_path):
+    """``replace_docs``: files the table does not hold are a plain append (a merge would join the
+    whole table); a file it holds is merged (its removed chunks deleted, the others updated); an
+    append of a file whose rows are already there (a run killed before its state was recorded)
+    goes through the merge, so nothing is duplicated."""
+    store = VectorStore(str(tmp_path / "lancedb"), "t")
+    table = store.ensure(DIMS, META)
+    rng = np.random.default_rng(2)
+    both = pa.concat_tables([_rows(table.schema, "src:a.md", 4, rng), _rows(table.schema, "src:b.md", 3, rng)])
+    first = store.replace_docs(both, ["src:a.md", "src:b.md"])
+    assert (first.inserted, first.updated, first.deleted, first.commits) == (7, 0, 0, 1)
+    again = store.replace_docs(both, ["src:a.md", "src:b.md"])  # the same rows once more: updated in place
+    assert (again.inserted, again.updated) == (0, 7)
+    shorter = store.replace_docs(_rows(table.schema, "src:a.md", 2, rng), ["src:a.md"])
+    assert (shorter.inserted, shorter.updated, shorter.deleted) == (0, 2, 2)
+    ids = sorted(store.open().to_arrow().column("chunk_id").to_pylist())
+    assert ids == ["src:a.md#0", "src:a.md#1", "src:b.md#0", "src:b.md#1", "src:b.md#2"]
+    gone = store.replace_docs(_rows(table.schema, "src:b.md", 0, rng), ["src:b.md"])  # a deleted file
+    assert gone.deleted == 3 and store.open().count_rows() == 2
