@@ -372,6 +372,7 @@ def chunk_embeddings(
     resolved = embedder.resolved(settings)
     ident = embedder.identity(settings)
     counts = stages.EmbedCounts()
+    run_results.embed = counts  # filled in wave by wave: a run that fails part-way reports what was done
     per_shard: dict[str, dict[str, int]] = {}
 
     def primary_failed(err: ProviderError) -> Exception:
@@ -394,19 +395,23 @@ def chunk_embeddings(
         raise failure from err
     metadata: dict = {}
 
-    def finished() -> None:
-        """After the last wave: the run's usage, the model's memory let go, the step's numbers."""
+    def usage() -> None:
+        """What was sent to the provider, into the usage ledger: after the last wave, or after the
+        wave that failed (the earlier waves' tokens were spent all the same)."""
         batch_tokens = int((counts.batch or {}).get("batch_tokens", 0))
-        cost = estimate(ident.provider, ident.model, batch_tokens=batch_tokens, live_tokens=counts.tokens_embedded)
         record_usage(
             settings, run_id=context.run_id, provider=ident.provider, model=ident.model, chunks=counts.embedded - counts.batched, tokens=counts.tokens_embedded
         )
         record_usage(settings, run_id=context.run_id, provider=ident.provider, model=ident.model, chunks=counts.batched, tokens=batch_tokens, batch=True)
+
+    def finished() -> None:
+        """After the last wave: the model's memory let go, the step's numbers."""
+        batch_tokens = int((counts.batch or {}).get("batch_tokens", 0))
+        cost = estimate(ident.provider, ident.model, batch_tokens=batch_tokens, live_tokens=counts.tokens_embedded)
         if counts.embedded:
             embedder.release()  # the table writes and the coverage that follow run without the model's memory
         if resolved.provider is None:
             context.log.warning(f"full-text only: {resolved.reason}")
-        run_results.embed = counts
         info = run_results.embed_info = stages.EmbedInfo(
             provider=ident.provider,
             model=ident.model,
@@ -450,6 +455,11 @@ def chunk_embeddings(
             if failure is err:
                 raise
             raise failure from err
+        finally:
+            try:
+                usage()
+            except OSError as err:  # accounting: it must not hide the run's own error
+                context.log.warning(f"the embedding usage of this step could not be recorded: {err}")
         finished()
 
     frames = _frames(stream(), run_results, lambda: metadata, retry_transient=True, context=context, key="chunk_embeddings", per_shard=per_shard)

@@ -7,12 +7,14 @@ that a provider failing in a later wave still hands over to the fallback.
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from memory_pipeline import storage
 from memory_pipeline.changes import EmbeddingIdentity, fingerprint
 from memory_pipeline.errors import ProviderError
 from memory_pipeline.providers.registry import ResolvedProvider
@@ -196,5 +198,10 @@ def test_a_primary_failing_in_a_later_wave_hands_over_to_the_fallback(tmp_path: 
     assert summary.provider == "ollama" and "openai failed permanently" in summary.fallback_reason
     assert summary.table_rows == summary.chunks_total == NOTES
     # The first wave went through the primary; a later one failed there.
-    assert 0 < sum(len(primary.inputs(r)) for r in primary.embed_requests()) < NOTES
+    sent = sum(len(primary.inputs(r)) for r in primary.embed_requests())
+    assert 0 < sent < NOTES
     assert any(r.fault for r in primary.requests)
+    # What the primary embedded before it failed is in the usage ledger, beside the fallback's run.
+    usage = [json.loads(line) for line in storage.of(settings).read_lines(storage.USAGE)]
+    assert sum(u["chunks"] for u in usage if u["provider"] == "openai" and not u.get("batch")) == sent
+    assert sum(u["chunks"] for u in usage if u["provider"] == "ollama") == NOTES
