@@ -103,6 +103,13 @@ LAST_RUN = "runs/last_run.json"
 LEDGER_COMPACT_AT = 64
 """Loose line objects of a ledger on object storage that a writer merges into one segment."""
 _SEGMENT = ".seg.jsonl"
+_NO_COMPACTION = "no-compaction"  # written where deleting a merged object was refused
+
+
+def _is_ledger_object(name: str) -> bool:
+    return name.endswith((".json", _SEGMENT))
+
+
 HISTORY = "runs/history.jsonl"
 USAGE = "runs/embedding_usage.jsonl"
 URL_SCHEMES = ("s3",)
@@ -464,7 +471,7 @@ class DataStore:
 
         store, folder = self._object(f"{key}.d")
         infos = store.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
-        objects = sorted((i for i in infos if i.type == pafs.FileType.File), key=lambda i: i.base_name)
+        objects = sorted((i for i in infos if i.type == pafs.FileType.File and _is_ledger_object(i.base_name)), key=lambda i: i.base_name)
         if loose_only:
             objects = [i for i in objects if not i.base_name.endswith(_SEGMENT)]
 
@@ -497,6 +504,9 @@ class DataStore:
 
         store, folder = self._object(f"{key}.d")
         infos = [i for i in store.get_file_info(pafs.FileSelector(folder, allow_not_found=True)) if i.type == pafs.FileType.File]
+        if any(i.base_name == _NO_COMPACTION for i in infos):
+            return  # a delete was refused here once: merging would only add copies
+        infos = [i for i in infos if _is_ledger_object(i.base_name)]
         segments = sum(1 for i in infos if i.base_name.endswith(_SEGMENT))
         if len(infos) - segments >= LEDGER_COMPACT_AT:
             read = self._ledger_entries(key, loose_only=True)
@@ -511,8 +521,18 @@ class DataStore:
         with store.open_output_stream(f"{folder}/{entries[-1][0].removesuffix('.json')}-{uuid.uuid4().hex[:12]}{_SEGMENT}") as fh:
             fh.write(body.encode())
         for name in objects:
-            with contextlib.suppress(FileNotFoundError):
+            try:
                 store.delete_file(f"{folder}/{name}")
+            except FileNotFoundError:
+                pass
+            except OSError as err:
+                if "NOT_FOUND" in str(err):
+                    continue
+                # Deletes refused (a bucket without s3:DeleteObject): the lines stay readable (each once,
+                # by name), and a marker stops every later writer from merging them over and over.
+                with store.open_output_stream(f"{folder}/{_NO_COMPACTION}") as fh:
+                    fh.write(f"deletes refused: {err}\n".encode())
+                raise
 
 
 class LazyFrames(Mapping[str, "pl.DataFrame"]):

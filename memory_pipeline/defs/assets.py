@@ -385,10 +385,26 @@ def chunk_embeddings(
         context.log.error(f"{ident.provider} failed permanently; the fallback {settings.fallback} is used from the next run")
         return PrimaryFailed(f"{err}; the fallback {settings.fallback} takes over from the next run", provider=ident.provider, status=err.status)
 
+    def usage_of_failed_run() -> None:
+        """What the first wave embedded before the provider failed: spent all the same."""
+        if counts.embedded:
+            try:
+                record_usage(
+                    settings,
+                    run_id=context.run_id,
+                    provider=ident.provider,
+                    model=ident.model,
+                    chunks=counts.embedded - counts.batched,
+                    tokens=counts.tokens_embedded,
+                )
+            except OSError as failed:
+                context.log.warning(f"the embedding usage of this step could not be recorded: {failed}")
+
     try:
         # The first wave of vectors is made here; the others as the frames are written (stages.embed_chunks).
         waves = stages.embed_chunks(settings, memory_chunks, resolved.provider, ident, hooks=stage_hooks, counts=counts, per_shard=per_shard)
     except ProviderError as err:
+        usage_of_failed_run()
         failure = primary_failed(err)
         if failure is err:
             raise

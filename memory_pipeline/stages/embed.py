@@ -77,7 +77,8 @@ def embed_chunks(
     whole run is one wave: one set of jobs, submitted together.
 
     A text that two waves share is embedded by the first and read from the cache by the
-    second (embedded twice with the cache off).
+    second (embedded twice with the cache off); ``counts`` then has it in both waves'
+    ``unique``, and as ``cached`` in the second.
 
     ``per_shard``: filled in with each shard's own numbers as its frame is built (chunks, unique
     texts, and of those how many came from the cache and how many were embedded by this run; a

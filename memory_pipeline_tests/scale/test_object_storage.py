@@ -278,3 +278,42 @@ def test_ledgers_on_object_storage_are_compacted_without_losing_or_repeating_a_l
         # The stamp (what analytics compares to know a ledger changed) counts the objects.
         stamp = data.ledger_stamp(storage.HISTORY)
         assert stamp.startswith(f"{storage.HISTORY} {len(keys)} "), (stamp, keys)
+
+
+def test_a_bucket_that_refuses_deletes_stops_merging_its_ledgers(tmp_path: Path, monkeypatch):
+    """Without s3:DeleteObject a merge cannot remove what it merged: the first refusal leaves a
+    marker, later appends merge nothing more, and every line still reads once, in order."""
+    from memory_pipeline import storage
+    from memory_pipeline.settings import settings_from_dict
+
+    monkeypatch.setattr(storage, "LEDGER_COMPACT_AT", 4)
+    real = storage.object_store
+
+    class NoDeletes:
+        def __init__(self, fs) -> None:
+            self._fs = fs
+
+        def delete_file(self, path: str) -> None:
+            raise PermissionError(f"AWS Error ACCESS_DENIED during DeleteObject operation: {path}")
+
+        def __getattr__(self, name: str):
+            return getattr(self._fs, name)
+
+    with s3_server("memory") as env:
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+        storage._object_store.cache_clear()
+        monkeypatch.setattr(storage, "object_store", lambda: NoDeletes(real()))
+        settings = settings_from_dict(
+            {"data_dir": "s3://memory/nodelete", "local_dir": str(tmp_path / "local"), "sources": [{"name": "mem", "path": "mem"}]}, base_dir=tmp_path
+        )
+        data = storage.of(settings)
+        for i in range(20):
+            data.append_line(storage.USAGE, json.dumps({"i": i}))
+        assert [json.loads(line)["i"] for line in data.read_lines(storage.USAGE)] == list(range(20))
+        from pyarrow import fs as pafs
+
+        names = [i.base_name for i in real().get_file_info(pafs.FileSelector("memory/nodelete/runs/embedding_usage.jsonl.d"))]
+        assert "no-compaction" in names
+        assert sum(n.endswith(".seg.jsonl") for n in names) == 1  # one merge tried, none after the refusal
+        assert sum(n.endswith(".json") for n in names) == 20

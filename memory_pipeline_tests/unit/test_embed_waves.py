@@ -168,8 +168,11 @@ def test_a_failure_in_a_later_wave_is_raised_as_the_frames_are_read(chunked, mon
     assert got  # the first wave's shards came out before the failure
 
 
-def test_a_primary_failing_in_a_later_wave_hands_over_to_the_fallback(tmp_path: Path, monkeypatch):
-    """Through Dagster: the primary works for the first wave, then fails for good; the run goes again with the fallback."""
+@pytest.mark.parametrize("wave", ["later", "first"])
+def test_a_primary_failing_in_a_later_wave_hands_over_to_the_fallback(tmp_path: Path, monkeypatch, wave: str):
+    """Through Dagster: the primary embeds one slice, then fails for good (in a later wave, or
+    part-way through the first); the run goes again with the fallback, and what the primary
+    embedded is in the usage ledger."""
     from memory_pipeline.runner import run_index
     from memory_pipeline_tests.fakes.ollama_server import OllamaFake
     from memory_pipeline_tests.fakes.openai_server import OpenAIFake
@@ -191,9 +194,10 @@ def test_a_primary_failing_in_a_later_wave_hands_over_to_the_fallback(tmp_path: 
             tmp_path / "memory_pipeline.yaml", provider="openai", dims=384, fallback="ollama", chunking={"tokens": 64, "overlap": 0},
             remote={**fast, "base_url": primary.base_url, "providers": {"ollama": {"base_url": fallback.base_url}}},
         )  # fmt: skip
-        _wave_of(monkeypatch, 4, 384)
+        if wave == "later":
+            _wave_of(monkeypatch, 4, 384)
         settings = load_settings(cfg)
-        summary = run_index(settings, hooks=FailAfterFirstSlice(embed_slice=10_000))
+        summary = run_index(settings, hooks=FailAfterFirstSlice(embed_slice=10_000 if wave == "later" else 8))
     assert not summary.errors, summary.errors
     assert summary.provider == "ollama" and "openai failed permanently" in summary.fallback_reason
     assert summary.table_rows == summary.chunks_total == NOTES
