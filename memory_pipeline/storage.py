@@ -106,6 +106,24 @@ _SEGMENT = ".seg.jsonl"
 _NO_COMPACTION = "no-compaction"  # written where deleting a merged object was refused
 
 
+def segment_text(entries: Sequence[tuple[str, str]]) -> str:
+    """A ledger segment: one JSON ``[line object name, line]`` per row, so any line survives."""
+    return "".join(json.dumps([name, line]) + "\n" for name, line in entries)
+
+
+def segment_entries(text: str) -> list[tuple[str, str]]:
+    """The rows of :func:`segment_text`; a row that does not parse (a cut-short write) is skipped."""
+    out = []
+    for row in text.split("\n"):
+        try:
+            name, line = json.loads(row)
+        except (ValueError, TypeError):
+            continue
+        if isinstance(name, str) and isinstance(line, str):
+            out.append((name, line))
+    return out
+
+
 def _is_ledger_object(name: str) -> bool:
     return name.endswith((".json", _SEGMENT))
 
@@ -485,7 +503,7 @@ class DataStore:
                 return None
             if not info.base_name.endswith(_SEGMENT):
                 return [(info.base_name, text.rstrip("\n"))]
-            return [(name, line) for name, _, line in (row.partition("\t") for row in text.splitlines())]
+            return segment_entries(text)
 
         entries: dict[str, str] = {}
         with ThreadPoolExecutor(max_workers=16) as pool:  # one GET per object: fetched side by side
@@ -517,7 +535,7 @@ class DataStore:
         if not read or not read[0]:
             return  # another writer is merging them now
         entries, objects = read
-        body = "".join(f"{name}\t{line}\n" for name, line in entries)
+        body = segment_text(entries)
         with store.open_output_stream(f"{folder}/{entries[-1][0].removesuffix('.json')}-{uuid.uuid4().hex[:12]}{_SEGMENT}") as fh:
             fh.write(body.encode())
         for name in objects:

@@ -385,40 +385,34 @@ def chunk_embeddings(
         context.log.error(f"{ident.provider} failed permanently; the fallback {settings.fallback} is used from the next run")
         return PrimaryFailed(f"{err}; the fallback {settings.fallback} takes over from the next run", provider=ident.provider, status=err.status)
 
-    def usage_of_failed_run() -> None:
-        """What the first wave embedded before the provider failed: spent all the same."""
-        if counts.embedded:
-            try:
-                record_usage(
-                    settings,
-                    run_id=context.run_id,
-                    provider=ident.provider,
-                    model=ident.model,
-                    chunks=counts.embedded - counts.batched,
-                    tokens=counts.tokens_embedded,
-                )
-            except OSError as failed:
-                context.log.warning(f"the embedding usage of this step could not be recorded: {failed}")
+    def usage() -> None:
+        """What was sent to the provider, into the usage ledger: after the last wave, or after the
+        wave that failed (its tokens were spent all the same). Accounting: it never hides the
+        run's own error."""
+        batch_tokens = int((counts.batch or {}).get("batch_tokens", 0))
+        try:
+            record_usage(
+                settings,
+                run_id=context.run_id,
+                provider=ident.provider,
+                model=ident.model,
+                chunks=counts.embedded - counts.batched,
+                tokens=counts.tokens_embedded,
+            )
+            record_usage(settings, run_id=context.run_id, provider=ident.provider, model=ident.model, chunks=counts.batched, tokens=batch_tokens, batch=True)
+        except OSError as err:
+            context.log.warning(f"the embedding usage of this step could not be recorded: {err}")
 
     try:
         # The first wave of vectors is made here; the others as the frames are written (stages.embed_chunks).
         waves = stages.embed_chunks(settings, memory_chunks, resolved.provider, ident, hooks=stage_hooks, counts=counts, per_shard=per_shard)
     except ProviderError as err:
-        usage_of_failed_run()
+        usage()  # what the first wave embedded before the failure was spent all the same
         failure = primary_failed(err)
         if failure is err:
             raise
         raise failure from err
     metadata: dict = {}
-
-    def usage() -> None:
-        """What was sent to the provider, into the usage ledger: after the last wave, or after the
-        wave that failed (the earlier waves' tokens were spent all the same)."""
-        batch_tokens = int((counts.batch or {}).get("batch_tokens", 0))
-        record_usage(
-            settings, run_id=context.run_id, provider=ident.provider, model=ident.model, chunks=counts.embedded - counts.batched, tokens=counts.tokens_embedded
-        )
-        record_usage(settings, run_id=context.run_id, provider=ident.provider, model=ident.model, chunks=counts.batched, tokens=batch_tokens, batch=True)
 
     def finished() -> None:
         """After the last wave: the model's memory let go, the step's numbers."""
@@ -472,10 +466,7 @@ def chunk_embeddings(
                 raise
             raise failure from err
         finally:
-            try:
-                usage()
-            except OSError as err:  # accounting: it must not hide the run's own error
-                context.log.warning(f"the embedding usage of this step could not be recorded: {err}")
+            usage()
         finished()
 
     frames = _frames(stream(), run_results, lambda: metadata, retry_transient=True, context=context, key="chunk_embeddings", per_shard=per_shard)
