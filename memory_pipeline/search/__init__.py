@@ -1,7 +1,8 @@
 """Hybrid search over the memory table: vector + native full-text, fused, diversified, dated.
 
 Modules: ``filters`` (SQL prefilters, note dates), ``folding`` (text folding, query terms),
-``fulltext`` (the LanceDB FTS call, its errors typed), ``scoring`` (text score, identifiers,
+``fulltext`` (the LanceDB FTS calls, their errors typed), ``lanceaio`` (the searcher's LanceDB
+queries batched on the table's asynchronous handle), ``scoring`` (text score, identifiers,
 relevance, recency, MMR), ``fusion`` (weighted / RRF strategies), ``snippets``, ``searcher``
 (``MemorySearcher`` and ``search()``). Everything other modules use is re-exported here.
 

@@ -13,19 +13,23 @@ Whether a failure means "full-text cannot answer this query on this table" is de
 table and the query (``FullTextUnavailable``, the search goes on without this leg), never from the
 message; any other failure is a ``SearchError``.
 
-``text_leg`` is what the searcher runs: the parsed query (``syntax``) as one BM25 query per word
-and per phrase, so that a document's evidence is summed over its chunks (see ``TextLeg``), with
-the query's required and excluded clauses as a prefilter and checked again on every row.
+``text_leg`` is what the searcher runs on a table without document texts: the parsed query
+(``syntax``) as one BM25 query per word and per phrase, so that a document's evidence is summed
+over its chunks (see ``TextLeg``), with the query's required and excluded clauses as a prefilter
+and checked again on every row; ``doc_text_leg`` scores whole documents. Queries go to LanceDB
+in batches, one round trip each (``lanceaio``).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from memory_pipeline.errors import FullTextUnavailable, SearchError
+from memory_pipeline.search import lanceaio
+from memory_pipeline.search.lanceaio import TextQuery
 from memory_pipeline.search.syntax import ParsedQuery, Term
 
 
@@ -37,23 +41,25 @@ def is_phrase_query(query: str) -> bool:
 def fts_rows(table: Any, query: Any, *, column: str, where: str | None, limit: int, columns: list[str]) -> list[dict]:
     """The rows of ``table`` matching ``query`` (a string or a LanceDB full-text query object) in
     ``column``, best BM25 first (``_score``)."""
+    return fts_batch(table, [TextQuery(query, column, columns, limit, where)])[0]
+
+
+def fts_batch(table: Any, queries: Sequence[TextQuery]) -> list[list[dict]]:
+    """Several full-text queries in one round trip (``lanceaio``): each one's rows, in order. A
+    failure is translated as for one query (the first failing query's)."""
     # The raw text goes to the index's own tokenizer: ERR_PAYMENT_4471 and mon-03.fra.internal
     # stay whole tokens there, so splitting them here would lose the exact match.
     try:
-        if isinstance(query, str):
-            q = table.search(query, query_type="fts", fts_columns=column).limit(limit)
-        else:
-            q = table.search(query, query_type="fts").limit(limit)
-        if where:
-            q = q.where(where, prefilter=True)
-        return q.select(columns).to_list()
+        found = lanceaio.run(table, queries)
     except (ValueError, RuntimeError, OSError) as err:  # what LanceDB raises (see above)
-        text = query if isinstance(query, str) else str(getattr(query, "query", ""))
-        phrase = is_phrase_query(query) if isinstance(query, str) else type(query).__name__ == "PhraseQuery"
-        reason = unavailable_reason(table, text, column, phrase=phrase)
+        q = queries[lanceaio.failed_query(err)]
+        text = q.query if isinstance(q.query, str) else str(getattr(q.query, "query", ""))
+        phrase = is_phrase_query(q.query) if isinstance(q.query, str) else type(q.query).__name__ == "PhraseQuery"
+        reason = unavailable_reason(table, text, q.column, phrase=phrase)
         if reason:
             raise FullTextUnavailable(reason, query=text) from err
         raise SearchError(f"full-text search failed: {err}", query=text) from err
+    return [t.to_pylist() for t in found]
 
 
 def unavailable_reason(table: Any, query: str, column: str, *, phrase: bool | None = None) -> str | None:
@@ -137,15 +143,22 @@ class TextLeg:
         got = self.chunk_terms.get(chunk_id, {})
         return min(1.0, sum(min(v, weights.get(t, 0.0)) for t, v in got.items()) / total) if total > 0 else 0.0
 
-    def complete(self, doc_ids: Iterable[str]) -> None:
+    def complete(self, doc_ids: Iterable[str], *, known: Mapping[str, float] | None = None, asked: Collection[str] = ()) -> None:
         """Document level: the exact score of each of ``doc_ids`` for every term whose hit list was
         cut at the limit (one query per such term, restricted to the documents lacking it). A term
         whose list was complete is, for a document not in it, absent (score 0): so every document
-        asked about gets its whole-document BM25, whether a term query or the vector leg found it."""
+        asked about gets its whole-document BM25, whether a term query or the vector leg found it.
+
+        ``known`` (document level): the summed scores of the documents ``asked`` about, measured
+        beforehand by ``DocQuery.sums`` (an asked document missing from it holds no term)."""
         if self._completer is None:
             return
         docs = list(dict.fromkeys(doc_ids))
         if self.doc_level:  # one summed query for the documents not scored yet
+            known = known or {}
+            for d in asked:
+                if d not in self._docs:
+                    self._docs[d] = {SUM_KEY: known[d]} if known.get(d) else {}
             missing = [d for d in docs if d not in self._docs]
             for i in range(0, len(missing), 500):
                 part = missing[i : i + 500]
@@ -222,33 +235,35 @@ def text_leg(
     absent_weight = math.log(1.0 + (max(total_rows, 1) + 0.5) / 0.5)
     cols = columns + ["_score"]
 
-    def run(term_key: str, query: Any, test: Callable[[str], bool]) -> None:
-        try:
-            rows = fts_rows(table, query, column=column, where=full_where, limit=limit, columns=cols)
-        except SearchError:
-            if constraint is None:
-                raise
-            # A prefilter LanceDB refuses (an odd regex): search without it, check on the text.
-            rows = fts_rows(table, query, column=column, where=where, limit=limit, columns=cols)
+    from lancedb.query import MatchQuery, PhraseQuery
+
+    terms: list[tuple[str, Any, Callable[[str], bool]]] = []
+    for word in parsed.words:
+        test = Term("word", tuple(_fold_words(word)) or (word.lower(),)).matches
+        terms.append((word, MatchQuery(word, column), test))  # pyright: ignore[reportCallIssue] - lancedb's query models have defaults its stubs hide
+    phrases_ok = phrase_ready(table, column) if parsed.phrases else True
+    for term in parsed.phrases:
+        key = '"' + term.text + '"'
+        if phrases_ok:
+            terms.append((key, PhraseQuery(term.text, column), term.matches))  # pyright: ignore[reportCallIssue] - see MatchQuery above
+        else:
+            # No positions in this index: every word must be there; adjacency is checked on the text.
+            terms.append((key, MatchQuery(term.text, column, operator="AND"), term.matches))  # pyright: ignore[reportCallIssue] - see above
+    # Every term's query in one round trip.
+    try:
+        lists = fts_batch(table, [TextQuery(q, column, cols, limit, full_where) for _, q, _ in terms])
+    except SearchError:
+        if constraint is None:
+            raise
+        # A prefilter LanceDB refuses (an odd regex): search without it, check on the text.
+        lists = fts_batch(table, [TextQuery(q, column, cols, limit, where) for _, q, _ in terms])
+    for (term_key, _, test), rows in zip(terms, lists):
         rows = accepted(parsed, rows, folded_text)
         best = max((float(r.get("_score") or 0.0) for r in rows), default=0.0)
         floor = min((float(r.get("_score") or 0.0) for r in rows), default=0.0) if len(rows) >= limit else 0.0
         leg.presence[term_key] = test
         leg.add(term_key, rows, best if best > 0 else absent_weight, floor)
 
-    from lancedb.query import MatchQuery, PhraseQuery
-
-    for word in parsed.words:
-        test = Term("word", tuple(_fold_words(word)) or (word.lower(),)).matches
-        run(word, MatchQuery(word, column), test)  # pyright: ignore[reportCallIssue] - lancedb's query models have defaults its stubs hide
-    phrases_ok = phrase_ready(table, column)
-    for term in parsed.phrases:
-        key = '"' + term.text + '"'
-        if phrases_ok:
-            run(key, PhraseQuery(term.text, column), term.matches)  # pyright: ignore[reportCallIssue] - see MatchQuery above
-        else:
-            # No positions in this index: every word must be there; adjacency is checked on the text.
-            run(key, MatchQuery(term.text, column, operator="AND"), term.matches)  # pyright: ignore[reportCallIssue] - see above
     if parsed.prefixes and not parsed.words and not parsed.phrases:
         # Only prefixes: no BM25 term to rank by; the rows holding them, each prefix one unit.
         q = table.search().where(full_where) if full_where else table.search()
@@ -275,6 +290,8 @@ def doc_text_leg(
     folded_text: Callable[[dict], str],
     total_docs: int,
     term_weights: VersionWeights | None = None,
+    query: DocQuery | None = None,
+    row_ids: bool = False,
 ) -> TextLeg:
     """The full-text leg at document level: documents ranked by BM25 over their whole text
     (``doc_column``, one row per document), each result pointing at its best chunk.
@@ -285,60 +302,46 @@ def doc_text_leg(
     1. the query's words and phrases as one such query on ``doc_column`` (the filters apply; the
        syntax's required/excluded clauses are checked on the chunks below): the best ``limit``
        documents with their exact BM25 sums;
-    2. each term alone with limit 1, at the same time: the best score any document reaches for
-       it (``W_term``, the denominator of ``TextLeg.strength``);
+    2. each term alone with limit 1, in the same round trip (``fts_batch``): the best score any
+       document reaches for it (``W_term``, the denominator of ``TextLeg.strength``);
     3. a document another leg found (the vector leg) gets its exact sum from one more such
-       query restricted to those documents (``TextLeg.complete``);
+       query restricted to those documents (``DocQuery.sums``: the searcher sends it as soon as
+       the vector leg has answered, ``TextLeg.complete`` otherwise);
     4. the same query on the chunk column, restricted to the best documents and to the syntax's
        clauses, finds the chunk to show (a document none of whose chunks it reached is shown by
        its first chunk, when that passes the clauses).
 
-    Four LanceDB queries plus one per term, the per-term ones concurrent, whatever the length of
-    the query: the per-term lists of earlier versions cost three queries per term. ``term_weights``
-    (a long-lived searcher's) keeps each term's ``W_term`` for the table version and filters it
-    was measured on, so a word asked about again costs no query.
+    Three round trips whatever the length of the query (the per-term lists of earlier versions
+    cost three queries per term, sent one by one). ``term_weights`` (a long-lived searcher's)
+    keeps each term's ``W_term`` for the table version and filters it was measured on, so a
+    word asked about again costs no query.
+
+    ``columns`` may be a few (ids): with ``row_ids`` each row carries its ``_rowid``, and the
+    searcher takes the rest of the rows it keeps in one round trip (LanceDB materialises columns
+    in a full-text query at several times the cost of a take by row id). A query with required or
+    excluded clauses needs the rows' text here (``accepted``).
 
     Queries of prefixes only have no BM25 term: ``text_leg`` answers those.
     """
     leg = TextLeg(doc_level=True)
     absent_weight = math.log(1.0 + (max(total_docs, 1) + 0.5) / 0.5)
-    from lancedb.query import BooleanQuery, MatchQuery, Occur, PhraseQuery
-
-    phrases_ok = phrase_ready(table, column) and phrase_ready(table, doc_column)
-    terms: list[tuple[str, Callable[[str], Any], Callable[[str], bool]]] = []
-    for word in parsed.words:
-        test = Term("word", tuple(_fold_words(word)) or (word.lower(),)).matches
-        terms.append((word, lambda col, w=word: MatchQuery(w, col), test))  # pyright: ignore[reportCallIssue] - lancedb's query models have defaults its stubs hide
-    for term in parsed.phrases:
-        if phrases_ok:
-            make = lambda col, t=term.text: PhraseQuery(t, col)  # noqa: E731  # pyright: ignore[reportCallIssue] - see above
-        else:  # no positions in an index: every word must be there; adjacency is checked on the chunk's text
-            make = lambda col, t=term.text: MatchQuery(t, col, operator="AND")  # noqa: E731  # pyright: ignore[reportCallIssue] - see above
-        terms.append(('"' + term.text + '"', make, term.matches))
+    dq = query if query is not None else DocQuery.of(table, parsed, column=column, doc_column=doc_column)
+    terms, summed = dq.terms, dq.summed
     if not terms:
         return leg
-
-    joined = joined_words(parsed)
-
-    def summed(col: str) -> Any:
-        """Every term, each optional: LanceDB's score is the sum of the terms' BM25."""
-        if len(terms) == 1:
-            return terms[0][1](col)
-        if joined is not None:
-            return MatchQuery(joined, col)  # pyright: ignore[reportCallIssue] - see above
-        return BooleanQuery([(Occur.SHOULD, make(col)) for _, make, _ in terms])  # pyright: ignore[reportCallIssue] - see above
 
     def restricted(extra: str, docs: list[str]) -> str:
         return " AND ".join(f"({w})" for w in (extra, f"doc_id IN ({_sql_list(docs)})") if w)
 
-    def best_of(make: Callable[[str], Any]) -> float:
-        rows = fts_rows(table, make(doc_column), column=doc_column, where=where, limit=1, columns=["doc_id", "_score"])
-        return max((float(r.get("_score") or 0.0) for r in rows), default=0.0)
-
-    pool = _term_pool()
+    # One round trip: the summed query, and each term alone whose best score is not known yet.
     known = {key: w for key, _, _ in terms if (w := term_weights.get(key, where)) is not None} if term_weights is not None and len(terms) > 1 else {}
-    best = {key: pool.submit(best_of, make) for key, make, _ in terms if key not in known} if len(terms) > 1 else {}
-    rows = fts_rows(table, summed(doc_column), column=doc_column, where=where, limit=limit, columns=columns + ["_score"])
+    unknown = [(key, make) for key, make, _ in terms if key not in known] if len(terms) > 1 else []
+    found = fts_batch(
+        table,
+        [TextQuery(summed(doc_column), doc_column, columns + ["_score"], limit, where, row_ids)]
+        + [TextQuery(make(doc_column), doc_column, ["doc_id", "_score"], 1, where) for _, make in unknown],
+    )
+    rows, best = found[0], {key: max((float(r.get("_score") or 0.0) for r in got), default=0.0) for (key, _), got in zip(unknown, found[1:])}
     first_rows: dict[str, dict] = {}
     for row in rows:
         score = float(row.pop("_score", 0.0) or 0.0)
@@ -349,33 +352,32 @@ def doc_text_leg(
         if key in known:
             w = known[key]
         elif key in best:
-            w = best[key].result()
+            w = best[key]
             if term_weights is not None:
                 term_weights.put(key, where, w)
         else:
             w = max((d[SUM_KEY] for d in leg._docs.values()), default=0.0)
         leg.weights[key] = w or absent_weight
 
-    def completer(docs: list[str]) -> dict[str, float]:
-        got = fts_rows(table, summed(doc_column), column=doc_column, where=restricted(where or "", docs), limit=len(docs), columns=["doc_id", "_score"])
-        return {r["doc_id"]: float(r.get("_score") or 0.0) for r in got}
-
-    leg._completer = completer
+    leg._completer = lambda docs: dq.sums(docs, where)
     # The chunks to show: those of the best ``limit`` documents (the others rank below any result asked for).
     docs = sorted(leg._docs, key=lambda d: -leg._docs[d][SUM_KEY])[:limit]
     if not docs:
         return leg
     constraint = parsed.sql_filter(column)
+    parts = [docs[i : i + 1000] for i in range(0, len(docs), 1000)]
+
+    def chunk_queries(extra: str) -> list[TextQuery]:
+        return [TextQuery(summed(column), column, columns + ["_score"], 2 * limit, restricted(extra, part), row_ids) for part in parts]
+
+    try:
+        lists = fts_batch(table, chunk_queries(" AND ".join(f"({w})" for w in (where, constraint) if w)))
+    except SearchError:
+        if constraint is None:
+            raise
+        lists = fts_batch(table, chunk_queries(where or ""))  # a prefilter LanceDB refuses: checked on the text
     shown: set[str] = set()
-    for i in range(0, len(docs), 1000):
-        part = docs[i : i + 1000]
-        scope = restricted(" AND ".join(f"({w})" for w in (where, constraint) if w), part)
-        try:
-            found = fts_rows(table, summed(column), column=column, where=scope, limit=2 * limit, columns=columns + ["_score"])
-        except SearchError:
-            if constraint is None:
-                raise
-            found = fts_rows(table, summed(column), column=column, where=restricted(where or "", part), limit=2 * limit, columns=columns + ["_score"])
+    for found in lists:
         found = accepted(parsed, found, folded_text)
         top = max((float(r.get("_score") or 0.0) for r in found), default=0.0)
         leg.chunk_weights[SUM_KEY] = max(leg.chunk_weights.get(SUM_KEY, 0.0), top)
@@ -388,6 +390,52 @@ def doc_text_leg(
         if d not in shown and (not parsed.constrains or parsed.accepts(folded_text(row))):
             leg.rows.setdefault(row["chunk_id"], row)
     return leg
+
+
+@dataclass(frozen=True)
+class DocQuery:
+    """A parsed query's words and phrases as LanceDB full-text queries on a chunk or document column:
+    each term alone (``terms``: key, query maker, test on folded text) and all of them summed."""
+
+    table: Any
+    doc_column: str
+    terms: list[tuple[str, Callable[[str], Any], Callable[[str], bool]]]
+    joined: str | None
+
+    @classmethod
+    def of(cls, table: Any, parsed: ParsedQuery, *, column: str, doc_column: str) -> DocQuery:
+        from lancedb.query import MatchQuery, PhraseQuery
+
+        phrases_ok = phrase_ready(table, column) and phrase_ready(table, doc_column)
+        terms: list[tuple[str, Callable[[str], Any], Callable[[str], bool]]] = []
+        for word in parsed.words:
+            test = Term("word", tuple(_fold_words(word)) or (word.lower(),)).matches
+            terms.append((word, lambda col, w=word: MatchQuery(w, col), test))  # pyright: ignore[reportCallIssue] - lancedb's query models have defaults its stubs hide
+        for term in parsed.phrases:
+            if phrases_ok:
+                make = lambda col, t=term.text: PhraseQuery(t, col)  # noqa: E731  # pyright: ignore[reportCallIssue] - see above
+            else:  # no positions in an index: every word must be there; adjacency is checked on the chunk's text
+                make = lambda col, t=term.text: MatchQuery(t, col, operator="AND")  # noqa: E731  # pyright: ignore[reportCallIssue] - see above
+            terms.append(('"' + term.text + '"', make, term.matches))
+        return cls(table, doc_column, terms, joined_words(parsed))
+
+    def summed(self, col: str) -> Any:
+        """Every term, each optional: LanceDB's score is the sum of the terms' BM25."""
+        from lancedb.query import BooleanQuery, MatchQuery, Occur
+
+        if len(self.terms) == 1:
+            return self.terms[0][1](col)
+        if self.joined is not None:
+            return MatchQuery(self.joined, col)  # pyright: ignore[reportCallIssue] - see above
+        return BooleanQuery([(Occur.SHOULD, make(col)) for _, make, _ in self.terms])  # pyright: ignore[reportCallIssue] - see above
+
+    def sums(self, docs: list[str], where: str | None) -> dict[str, float]:
+        """The exact whole-document score of each of ``docs`` (those holding no term: absent)."""
+        if not docs or not self.terms:
+            return {}
+        scope = " AND ".join(f"({w})" for w in (where, f"doc_id IN ({_sql_list(docs)})") if w)
+        got = fts_rows(self.table, self.summed(self.doc_column), column=self.doc_column, where=scope, limit=len(docs), columns=["doc_id", "_score"])
+        return {r["doc_id"]: float(r.get("_score") or 0.0) for r in got}
 
 
 def accepted(parsed: ParsedQuery, rows: list[dict], folded_text: Callable[[dict], str]) -> list[dict]:
@@ -461,17 +509,6 @@ class VersionWeights:
 
 # A document-level leg keeps one summed score per document and chunk under this key.
 SUM_KEY = "\0sum"
-_POOL: Any = None
-
-
-def _term_pool() -> Any:
-    """Threads for the per-term queries (LanceDB releases the GIL while it searches)."""
-    global _POOL
-    if _POOL is None:
-        from concurrent.futures import ThreadPoolExecutor
-
-        _POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="memory-fts-term")
-    return _POOL
 
 
 def _sql_list(values: Iterable[str]) -> str:

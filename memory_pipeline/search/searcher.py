@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -19,12 +19,14 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from memory_pipeline.errors import ConfigError, FullTextUnavailable, ProviderError
+from memory_pipeline.errors import ConfigError, FullTextUnavailable, ProviderError, SearchError
 from memory_pipeline.providers.registry import query_provider
+from memory_pipeline.search import lanceaio
 from memory_pipeline.search.filters import SearchFilters, file_name_date, note_date, sql_str
 from memory_pipeline.search.folding import identifier_terms, query_terms
-from memory_pipeline.search.fulltext import TermWeights, TextLeg, doc_text_leg, text_leg
+from memory_pipeline.search.fulltext import DocQuery, TermWeights, TextLeg, doc_text_leg, text_leg
 from memory_pipeline.search.fusion import fusion_for
+from memory_pipeline.search.lanceaio import VectorQuery
 from memory_pipeline.search.scoring import (
     Candidate,
     abstain,
@@ -38,7 +40,7 @@ from memory_pipeline.search.snippets import make_snippet
 from memory_pipeline.search.syntax import ParsedQuery, parse_query
 from memory_pipeline.settings import FUSIONS, Settings, load_settings
 from memory_pipeline.stores import generations
-from memory_pipeline.stores.lance import DOC_FTS_COLUMN, FTS_COLUMN, VectorStore, ann_query
+from memory_pipeline.stores.lance import DOC_FTS_COLUMN, FTS_COLUMN, VectorStore
 
 MODES = ("hybrid", "vector", "fts")
 log = logging.getLogger(__name__)
@@ -46,6 +48,7 @@ MIN_POOL = 20
 # A table whose vectors fit in this many bytes is searched exactly in memory (``FlatVectors``) by a
 # searcher that answers more than one query: 43k chunks of 384 dimensions, 10k of 1,536.
 FLAT_MAX_BYTES = 64 * 2**20
+_IDS = ["chunk_id", "doc_id"]  # what a leg reads of a row before the rows kept are taken whole
 _COLUMNS = [
     "chunk_id", "doc_id", "source", "path", "locator", "line_start", "line_end", "heading", "text",
     "modality", "mime_type", "memory_type", "original_file_path", "created_at", "media_type",
@@ -107,6 +110,17 @@ def _matrix(column: pa.ChunkedArray, dims: int) -> np.ndarray:
         return np.stack([np.zeros(dims, np.float32) if v is None else np.asarray(v, np.float32) for v in column.to_pylist()])
     flat = pa.concat_arrays([chunk.flatten() for chunk in column.chunks]) if column.num_chunks > 1 else column.chunk(0).flatten()
     return np.asarray(flat.to_numpy(zero_copy_only=False), dtype=np.float32).reshape(len(column), -1)
+
+
+def _rows_of(found: pa.Table, dims: int) -> list[dict]:
+    """Rows as dicts; a ``vector`` column as one float32 row of a matrix each (not Python floats)."""
+    if "vector" not in found.column_names:
+        return found.to_pylist()
+    vecs = _matrix(found.column("vector"), dims)
+    rows = found.drop_columns(["vector"]).to_pylist()
+    for row, vec in zip(rows, vecs):
+        row["vector"] = vec
+    return rows
 
 
 def _without_media_notes(cands: list[Candidate]) -> list[Candidate]:
@@ -233,8 +247,10 @@ class MemorySearcher:
         want_vectors = self.provider is not None and (mode == "hybrid" or opts.mmr)
         # The full-text leg runs in a second thread while the query is embedded and the vector
         # leg searched (torch and LanceDB release the GIL): hybrid costs the slower leg, not both.
-        # Its rows come without vectors: those of the few it alone finds are fetched once, below.
-        fts_future = self._executor().submit(self._fts, parsed, where, pool, with_vectors=False) if mode in ("hybrid", "fts") else None
+        # Both legs read ids and scores only where they can; the rows kept are taken afterwards
+        # in one round trip by row id (``_full_rows``).
+        doc_query = self._doc_query(parsed) if mode in ("hybrid", "fts") else None
+        fts_future = self._executor().submit(self._fts, parsed, where, pool, query=doc_query) if mode in ("hybrid", "fts") else None
         qvec = native
         vector_text = parsed.vector_text
         if qvec is None and self.provider is not None and mode != "fts" and vector_text:
@@ -250,10 +266,17 @@ class MemorySearcher:
             mode = "fts"  # nothing for the vector leg (a query of excluded words only)
         candidates: dict[str, Candidate] = {}
 
+        sums: Future | None = None
+        asked: list[str] = []
         if mode in ("hybrid", "vector") and qvec is not None:
-            rows, vecs = self._vector_rows(qvec, where, parsed, pool)
+            rows, vecs = self._vector_rows(qvec, where, parsed, pool, with_vectors=opts.mmr)
             for row, vec in zip(rows, vecs):
                 candidates[row["chunk_id"]] = Candidate(row, sv=max(0.0, 1.0 - float(row["_distance"])), vector=vec)
+            if doc_query is not None and doc_query.terms and rows and self._table_layout()[2]:
+                # The vector hits' whole-document full-text scores, measured while the full-text
+                # leg still runs (most of them are not among its documents).
+                asked = list(dict.fromkeys(r.get("doc_id") or r["chunk_id"] for r in rows))
+                sums = self._executor().submit(doc_query.sums, asked, where)
 
         leg: TextLeg | None = None
         if fts_future is not None:
@@ -262,26 +285,34 @@ class MemorySearcher:
             except FullTextUnavailable as err:
                 log.info("no full-text leg for this query: %s", err)
                 leg = None
-        if leg is not None:
-            fts_only = [cid for cid in leg.rows if cid not in candidates]
-            vectors = self._vectors_of(fts_only) if want_vectors and fts_only else {}
-            if vectors and qvec is not None:  # the query's similarity to all of them in one product
-                ids = list(vectors)
-                sims = np.stack([vectors[c] for c in ids]) @ qvec
-                similarity = dict(zip(ids, np.maximum(sims, 0.0).tolist()))
-            else:
-                similarity = {}
-            for cid, row in leg.rows.items():
+        known: dict[str, float] | None = None
+        if sums is not None:
+            try:
+                known = sums.result()
+            except (FullTextUnavailable, SearchError) as err:
+                log.info("the vector hits' full-text scores could not be read: %s", err)
+                asked = []
+        fts_only = [cid for cid in leg.rows if cid not in candidates] if leg is not None else []
+        for cid in fts_only:
+            candidates[cid] = Candidate(leg.rows[cid])  # pyright: ignore[reportOptionalMemberAccess] - fts_only is empty without a leg
+        # The kept rows whole, and the vectors of the chunks only full text found (hybrid scores
+        # them by their vector too), in one take.
+        vectors = self._full_rows(candidates, fts_only if want_vectors else [])
+        if want_vectors and (lacking := [cid for cid in fts_only if cid not in vectors]):
+            vectors.update(self._vectors_of(lacking))
+        if vectors and qvec is not None:  # the query's similarity to all of them in one product
+            ids = list(vectors)
+            sims = np.stack([vectors[c] for c in ids]) @ qvec
+            for cid, sim in zip(ids, np.maximum(sims, 0.0).tolist()):
                 if cid in candidates:
-                    continue
-                cand = candidates[cid] = Candidate(row)
-                vec = vectors.get(cid)
-                if vec is not None:
-                    cand.vector = vec
-                    cand.sv = similarity.get(cid, 0.0)
+                    candidates[cid].sv = sim
+        for cid, vec in vectors.items():
+            if cid in candidates:
+                candidates[cid].vector = vec
+        if leg is not None:
             if leg.doc_level:
                 # Every candidate gets its document's exact whole-document BM25, vector hits included.
-                leg.complete(c.row.get("doc_id") or cid for cid, c in candidates.items())
+                leg.complete((c.row.get("doc_id") or cid for cid, c in candidates.items()), known=known, asked=asked)
             for cid, cand in candidates.items():
                 doc = cand.row.get("doc_id") or cid
                 if leg.doc_level:
@@ -306,8 +337,11 @@ class MemorySearcher:
             cands = mmr(cands, parsed.highlight_terms, opts.mmr_lambda, limit=len(cands))
         return cands
 
-    def _vector_rows(self, qvec: np.ndarray, where: str | None, parsed: ParsedQuery, pool: int) -> tuple[list[dict], list[np.ndarray]]:
-        """The vector leg: nearest chunks, within the filters and the query's required/excluded clauses."""
+    def _vector_rows(
+        self, qvec: np.ndarray, where: str | None, parsed: ParsedQuery, pool: int, *, with_vectors: bool = True
+    ) -> tuple[list[dict], Sequence[np.ndarray | None]]:
+        """The vector leg: nearest chunks, within the filters and the query's required/excluded
+        clauses; their vectors too when ``with_vectors`` (MMR compares them), else None each."""
         constraint = parsed.sql_filter(FTS_COLUMN)
         full_where = " AND ".join(f"({w})" for w in (where, constraint) if w) or None
 
@@ -328,12 +362,13 @@ class MemorySearcher:
             if got is not None:
                 return got
 
+        # Ids and distances only (the rows kept are taken later, ``_full_rows``), unless the
+        # query's clauses are checked on the text here.
+        light = not parsed.constrains
+        columns = (_IDS if light else _COLUMNS) + (["vector", "_distance"] if with_vectors else ["_distance"])
+
         def run(w: str | None) -> pa.Table:
-            # distance_type is on the vector query builder that search(vector) returns; lancedb's stubs type the base class.
-            q = ann_query(table.search(qvec, vector_column_name="vector").distance_type("cosine"), self.settings.ann)  # pyright: ignore[reportAttributeAccessIssue]
-            if w:
-                q = q.where(w, prefilter=True)
-            return q.select(_COLUMNS + ["vector", "_distance"]).limit(pool).to_arrow()
+            return lanceaio.run(table, [VectorQuery(qvec, "vector", columns, pool, w, self.settings.ann, row_id=light)])[0]
 
         try:
             found = run(full_where)
@@ -342,10 +377,14 @@ class MemorySearcher:
                 raise
             found = run(where)  # a regex LanceDB refuses: checked on the text below instead
         # The vectors as one float32 matrix (no Python float per dimension), the rest as dicts.
-        vecs = _matrix(found.column("vector"), self.dims)
-        rows = found.drop_columns(["vector"]).to_pylist()
+        if with_vectors:
+            vecs: list[np.ndarray | None] = list(_matrix(found.column("vector"), self.dims))
+            rows = found.drop_columns(["vector"]).to_pylist()
+        else:
+            rows = found.to_pylist()
+            vecs = [None] * len(rows)
         if not parsed.constrains:
-            return rows, list(vecs)
+            return rows, vecs
         keep = [i for i, r in enumerate(rows) if parsed.accepts(haystack(r))]
         return [rows[i] for i in keep], [vecs[i] for i in keep]
 
@@ -443,6 +482,49 @@ class MemorySearcher:
         found = self.table.search().where(f"chunk_id IN ({ids})").select(["chunk_id", "vector"]).limit(len(chunk_ids)).to_arrow()
         return dict(zip(found.column("chunk_id").to_pylist(), _matrix(found.column("vector"), self.dims)))
 
+    def _full_rows(self, candidates: dict[str, Candidate], vector_ids: Sequence[str]) -> dict[str, np.ndarray]:
+        """Candidates read as ids and scores get their whole rows, taken by row id in one round
+        trip; with them the vectors of ``vector_ids`` (from the in-memory vectors when they are
+        this version's). Row ids are a table version's: a row taken under another chunk id (the
+        handle moved on, the table compacted) is looked up by chunk id instead, and a candidate
+        whose chunk is gone from the table is dropped."""
+        assert self.table is not None
+        light = [cid for cid, c in candidates.items() if "text" not in c.row]
+        flat = self._flat
+        if flat is None or flat.version != self._table_layout()[0]:
+            flat = None
+        wanted = set(vector_ids)
+        vectors: dict[str, np.ndarray] = {}
+        if flat is not None:
+            vectors = {cid: v for cid in wanted if (v := flat.vector(cid)) is not None}
+        if not light:
+            return vectors
+        with_vec = bool(wanted - vectors.keys())
+        columns = _COLUMNS + (["vector"] if with_vec else [])
+        got: dict[str, dict] = {}
+        taken = [cid for cid in light if candidates[cid].row.get("_rowid") is not None]
+        if taken:
+            try:
+                found = lanceaio.run(self.table, [lanceaio.Take([int(candidates[c].row["_rowid"]) for c in taken], columns)])[0]
+                got = {r["chunk_id"]: r for r in _rows_of(found, self.dims)}
+            except (ValueError, RuntimeError, OSError) as err:
+                log.info("the candidates' rows could not be taken by row id (%s): looking them up", err)
+        missing = [cid for cid in light if cid not in got]
+        for i in range(0, len(missing), 500):
+            part = missing[i : i + 500]
+            found = self.table.search().where(f"chunk_id IN ({', '.join(sql_str(c) for c in part)})").select(columns).limit(len(part)).to_arrow()
+            got.update((r["chunk_id"], r) for r in _rows_of(found, self.dims))
+        for cid in light:
+            row = got.get(cid)
+            if row is None:
+                del candidates[cid]  # gone from the table since the legs read it
+                continue
+            vec = row.pop("vector", None)
+            if cid in wanted and vec is not None and cid not in vectors:
+                vectors[cid] = vec
+            candidates[cid].row = row
+        return vectors
+
     def _table_layout(self) -> tuple[int, int, int]:
         """(table version, rows, documents scored by their whole text): the last is 0 unless every
         document of the table has its document text (a table written before ``DOC_FTS_COLUMN``
@@ -461,17 +543,25 @@ class MemorySearcher:
             layout = self._layout = (version, rows, docs)
         return layout
 
-    def _fts(self, parsed: ParsedQuery, where: str | None, pool: int, *, with_vectors: bool) -> TextLeg:
-        cols = _COLUMNS + (["vector"] if with_vectors else [])
+    def _doc_query(self, parsed: ParsedQuery) -> DocQuery | None:
+        """The query's terms for the document-level full-text leg, on a table that has one."""
+        if self.table is None or not self._table_layout()[2] or not (parsed.words or parsed.phrases):
+            return None
+        return DocQuery.of(self.table, parsed, column=FTS_COLUMN, doc_column=DOC_FTS_COLUMN)
+
+    def _fts(self, parsed: ParsedQuery, where: str | None, pool: int, *, query: DocQuery | None = None) -> TextLeg:
         assert self.table is not None  # ranked() returns early without a table
         version, rows, docs = self._table_layout()
         if docs and (parsed.words or parsed.phrases):
+            # Ids and scores only, unless the query's clauses are checked on the text there;
+            # ``text_leg`` reads whole rows (it folds their text for its truncated lists).
+            light = not parsed.constrains
             return doc_text_leg(
                 self.table, parsed, column=FTS_COLUMN, doc_column=DOC_FTS_COLUMN, where=where, limit=pool,
-                columns=cols, folded_text=haystack, total_docs=docs, term_weights=self._term_weights.at(version),
+                columns=_IDS if light else list(_COLUMNS), row_ids=light, folded_text=haystack, total_docs=docs, term_weights=self._term_weights.at(version), query=query,
             )  # fmt: skip
         return text_leg(
-            self.table, parsed, column=FTS_COLUMN, where=where, limit=pool, columns=cols,
+            self.table, parsed, column=FTS_COLUMN, where=where, limit=pool, columns=list(_COLUMNS),
             folded_text=haystack, total_rows=rows,
         )  # fmt: skip
 

@@ -147,14 +147,14 @@ def test_a_word_asked_again_costs_no_query_until_the_table_changes(tmp_path, mon
     settings = _index(tmp_path)
     searcher = MemorySearcher(settings)
     per_word: list[str] = []
-    real = fulltext.fts_rows
+    real = fulltext.fts_batch
 
-    def counting(table, query, *, column, where, limit, columns):
-        if limit == 1:  # the per-word best-score queries are the leg's only limit-1 queries
-            per_word.append(str(getattr(query, "terms", query)))
-        return real(table, query, column=column, where=where, limit=limit, columns=columns)
+    def counting(table, queries):
+        # the per-word best-score queries are the leg's only limit-1 queries
+        per_word.extend(str(getattr(q.query, "terms", q.query)) for q in queries if q.limit == 1)
+        return real(table, queries)
 
-    monkeypatch.setattr(fulltext, "fts_rows", counting)
+    monkeypatch.setattr(fulltext, "fts_batch", counting)
     opts = searcher.options(mode="fts", min_score=0.0)
     first = [(r.path, r.score) for r in searcher.search("zebra quokka walrus", opts)]
     assert len(per_word) == 3
