@@ -48,6 +48,7 @@ MIN_POOL = 20
 # A table whose vectors fit in this many bytes is searched exactly in memory (``FlatVectors``) by a
 # searcher that answers more than one query: 43k chunks of 384 dimensions, 10k of 1,536.
 FLAT_MAX_BYTES = 64 * 2**20
+_FLAT = "\0flat"  # marks a row the in-memory vectors found (their row ids are the vectors' version's)
 _IDS = ["chunk_id", "doc_id"]  # what a leg reads of a row before the rows kept are taken whole
 _COLUMNS = [
     "chunk_id", "doc_id", "source", "path", "locator", "line_start", "line_end", "heading", "text",
@@ -149,14 +150,16 @@ class FlatVectors:
     position: dict[str, int]
     matrix: np.ndarray
     row_ids: np.ndarray  # LanceDB's row ids (stable within a version): the rows are taken, not looked up
+    doc_ids: list[str] = field(default_factory=list)  # each chunk's document (the full-text leg asks by document)
 
     @classmethod
     def load(cls, table, version: int, dims: int) -> FlatVectors:
-        found = table.search().with_row_id(True).select(["chunk_id", "vector"]).limit(None).to_arrow()
+        found = table.search().with_row_id(True).select(["chunk_id", "doc_id", "vector"]).limit(None).to_arrow()
         ids = found.column("chunk_id").to_pylist()
         matrix = _matrix(found.column("vector"), dims)
         matrix.setflags(write=False)  # candidates hold rows of it: shared by every query
-        return cls(version, ids, {c: i for i, c in enumerate(ids)}, matrix, found.column("_rowid").to_numpy())
+        docs = [d or c for d, c in zip(found.column("doc_id").to_pylist(), ids)]
+        return cls(version, ids, {c: i for i, c in enumerate(ids)}, matrix, found.column("_rowid").to_numpy(), docs)
 
     def nearest(self, qvec: np.ndarray, k: int) -> list[tuple[int, float]]:
         """(position, cosine) of the ``k`` chunks nearest ``qvec``, nearest first."""
@@ -348,19 +351,8 @@ class MemorySearcher:
         table = self.table
         assert table is not None  # ranked() returns early without a table
         flat = self._flat_vectors() if full_where is None else None
-        if flat is not None:
-            try:
-                got = self._flat_rows(flat, qvec, pool)
-            except (ValueError, RuntimeError, OSError) as err:
-                # Row ids are a version's: LanceDB refusing them means these vectors cannot serve
-                # this version. The query scans, and the version is not read into memory again.
-                log.info("the in-memory vectors cannot fetch their rows (%s): searching the table", err)
-                self._flat_failed = flat.version
-                if self._flat is flat:
-                    self._flat = None
-                got = None
-            if got is not None:
-                return got
+        if flat is not None and (got := self._flat_rows(flat, qvec, pool)) is not None:
+            return got
 
         # Ids and distances only (the rows kept are taken later, ``_full_rows``), unless the
         # query's clauses are checked on the text here.
@@ -427,26 +419,15 @@ class MemorySearcher:
             self._flat_lock.release()
 
     def _flat_rows(self, flat: FlatVectors, qvec: np.ndarray, pool: int) -> tuple[list[dict], list[np.ndarray]] | None:
-        """The vector leg from ``flat``: the nearest chunks' rows (taken by row id) and vectors; None
-        when the table handle moved to another version meanwhile (the row ids are ``flat``'s)."""
+        """The vector leg from ``flat``: the nearest chunks as ids, row ids and distances (their
+        rows are taken with the full-text leg's, ``_full_rows``) and their vectors; None when the
+        table handle moved to another version meanwhile (the row ids are ``flat``'s)."""
         hits = flat.nearest(qvec, pool)
-        if not hits:
-            return [], []
         assert self.table is not None
-        found = self.table.take_row_ids(sorted(int(flat.row_ids[i]) for i, _ in hits)).select(_COLUMNS).to_list()
-        if int(self.table.version) != flat.version or len(found) != len(hits):
+        if int(self.table.version) != flat.version:
             return None
-        by_id = {r["chunk_id"]: r for r in found}
-        rows, vecs = [], []
-        for i, sim in hits:
-            row = by_id.get(flat.ids[i])
-            if row is None:
-                return None  # not the rows the vectors were read with
-            row = dict(row) if "_distance" in row else row  # a chunk id twice: each hit its own row
-            row["_distance"] = 1.0 - sim
-            rows.append(row)
-            vecs.append(flat.matrix[i])
-        return rows, vecs
+        rows = [{"chunk_id": flat.ids[i], "doc_id": flat.doc_ids[i], "_rowid": int(flat.row_ids[i]), "_distance": 1.0 - sim, _FLAT: True} for i, sim in hits]
+        return rows, [flat.matrix[i] for i, _ in hits]
 
     def _native_query_vector(self, media: Sequence[tuple[str, str]]) -> np.ndarray | None:
         """The query files' own vector (media bytes embedded natively), when this index has native media vectors."""
@@ -509,6 +490,11 @@ class MemorySearcher:
                 got = {r["chunk_id"]: r for r in _rows_of(found, self.dims)}
             except (ValueError, RuntimeError, OSError) as err:
                 log.info("the candidates' rows could not be taken by row id (%s): looking them up", err)
+                if self._flat is not None and any(candidates[c].row.get(_FLAT) for c in taken):
+                    # The in-memory vectors' row ids cannot serve this version: they are dropped
+                    # and not read again for it (queries scan meanwhile).
+                    self._flat_failed = self._flat.version
+                    self._flat = None
         missing = [cid for cid in light if cid not in got]
         for i in range(0, len(missing), 500):
             part = missing[i : i + 500]

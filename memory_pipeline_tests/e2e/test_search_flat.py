@@ -148,7 +148,7 @@ def test_nearest_is_the_exact_cosine_order_ties_by_position():
     m = rng.standard_normal((200, 16)).astype(np.float32)
     m /= np.linalg.norm(m, axis=1, keepdims=True)
     m[50] = m[10]  # a tie: the earlier row first
-    flat = FlatVectors(1, [f"c{i}" for i in range(200)], {f"c{i}": i for i in range(200)}, m, np.arange(200))
+    flat = FlatVectors(1, [f"c{i}" for i in range(200)], {f"c{i}": i for i in range(200)}, m, np.arange(200), [f"d{i}" for i in range(200)])
     q = m[10] + 0.01 * m[3]
     q /= np.linalg.norm(q)
     got = flat.nearest(q, 20)
@@ -161,21 +161,35 @@ def test_nearest_is_the_exact_cosine_order_ties_by_position():
     assert flat.vector("nope") is None
 
 
+def _refuse_takes(monkeypatch) -> list[int]:
+    """LanceDB refusing row ids (``fragment 3 not found``), as after a compaction moved the rows."""
+    from memory_pipeline.search import lanceaio
+
+    refused: list[int] = []
+    real = lanceaio.run
+
+    def run(table, queries):
+        if any(isinstance(q, lanceaio.Take) for q in queries):
+            refused.append(1)
+            raise RuntimeError("fragment 3 not found")
+        return real(table, queries)
+
+    monkeypatch.setattr(lanceaio, "run", run)
+    return refused
+
+
 def test_rows_gone_from_under_the_vectors_fall_back_to_a_scan(indexed, monkeypatch):
     """A compaction committed between the version check and the take moves the rows: LanceDB
-    refuses the stale row ids, and the query is answered by a scan instead, the vectors dropped."""
+    refuses the stale row ids, the rows are looked up by chunk id instead (the same answer), and
+    the vectors are dropped."""
     searcher = MemorySearcher(indexed)
     opts = searcher.options(mode="vector", min_score=0.0)
     want = _key(searcher.search("payment retries", opts))
     searcher.search("payment retries", opts)
     assert searcher._flat is not None
-
-    def stale(*_args, **_kw):
-        raise RuntimeError("fragment 3 not found")
-
-    monkeypatch.setattr(searcher.table, "take_row_ids", stale)
+    refused = _refuse_takes(monkeypatch)
     assert _key(searcher.search("payment retries", opts)) == want
-    assert searcher._flat is None
+    assert refused and searcher._flat is None
 
 
 def test_a_version_whose_rows_cannot_be_taken_is_not_read_again(indexed, monkeypatch):
@@ -190,11 +204,7 @@ def test_a_version_whose_rows_cannot_be_taken_is_not_read_again(indexed, monkeyp
         return real(cls, table, version, dims)
 
     monkeypatch.setattr(FlatVectors, "load", classmethod(counting))
-
-    def stale(*_args, **_kw):
-        raise RuntimeError("fragment 3 not found")
-
-    monkeypatch.setattr(searcher.table, "take_row_ids", stale)
+    _refuse_takes(monkeypatch)
     for _ in range(4):
         assert _key(searcher.search("payment retries", opts)) == want
     assert len(loads) == 1 and searcher._flat is None
