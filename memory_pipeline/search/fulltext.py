@@ -406,7 +406,7 @@ class DocQuery:
     def of(cls, table: Any, parsed: ParsedQuery, *, column: str, doc_column: str) -> DocQuery:
         from lancedb.query import MatchQuery, PhraseQuery
 
-        phrases_ok = phrase_ready(table, column) and phrase_ready(table, doc_column)
+        phrases_ok = not parsed.phrases or (phrase_ready(table, column) and phrase_ready(table, doc_column))
         terms: list[tuple[str, Callable[[str], Any], Callable[[str], bool]]] = []
         for word in parsed.words:
             test = Term("word", tuple(_fold_words(word)) or (word.lower(),)).matches
