@@ -12,6 +12,20 @@ import lancedb
 
 REPO = Path(__file__).resolve().parents[1]
 
+# One line each, one topic each: the search tests' small memories (a query finds its topic).
+SEARCH_TOPICS = [
+    "the espresso machine needs descaling every month",
+    "Priya moved the billing retry policy to exponential backoff",
+    "the warehouse dashboard shows stale inventory counts",
+    "Kenji profiled the queue consumer and found a slow regex",
+    "we rolled back the TLS certificate rotation on the edge proxies",
+    "the quarterly budget review moved to Thursday afternoon",
+    "Marco fixed the flaky login test by waiting for the redirect",
+    "the backup job now runs the schema migration check first",
+    "alert rules for disk usage on the analytics cluster were tightened",
+    "the team offsite will be held at the lake house in June",
+]
+
 
 def table_rows(data_dir: Path, columns=("chunk_id", "path", "text", "content_hash")) -> list[dict]:
     db = lancedb.connect(str(data_dir / "lancedb"))

@@ -18,19 +18,9 @@ from memory_pipeline.search import MemorySearcher
 from memory_pipeline.search.searcher import FlatVectors
 from memory_pipeline.settings import load_settings
 from memory_pipeline_tests.conftest import write_config
+from memory_pipeline_tests.helpers import SEARCH_TOPICS
 
-TOPICS = [
-    "the espresso machine needs descaling every month",
-    "Priya moved the billing retry policy to exponential backoff",
-    "the warehouse dashboard shows stale inventory counts",
-    "Kenji profiled the queue consumer and found a slow regex",
-    "we rolled back the TLS certificate rotation on the edge proxies",
-    "the quarterly budget review moved to Thursday afternoon",
-    "Marco fixed the flaky login test by waiting for the redirect",
-    "the backup job now runs the schema migration check first",
-    "alert rules for disk usage on the analytics cluster were tightened",
-    "the team offsite will be held at the lake house in June",
-]
+TOPICS = SEARCH_TOPICS
 QUERIES = ["coffee maker maintenance", "payment retries", "certificate rollback", "where is the offsite", "slow consumer", "shelf 12 bin 3"]
 
 

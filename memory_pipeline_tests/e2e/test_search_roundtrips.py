@@ -27,15 +27,9 @@ from memory_pipeline.search.lanceaio import TextQuery, VectorQuery
 from memory_pipeline.settings import load_settings
 from memory_pipeline.stores.lance import DOC_FTS_COLUMN, FTS_COLUMN, ann_query
 from memory_pipeline_tests.conftest import write_config
+from memory_pipeline_tests.helpers import SEARCH_TOPICS
 
-TOPICS = [
-    "the espresso machine needs descaling every month, the espresso tastes burnt",
-    "Priya moved the billing retry policy to exponential backoff after the outage",
-    "the warehouse dashboard shows stale inventory counts for shelf 12",
-    "Kenji profiled the queue consumer and found a slow regex in the parser",
-    "we rolled back the TLS certificate rotation on the edge proxies",
-    "the quarterly budget review moved to Thursday afternoon in the big room",
-]
+TOPICS = SEARCH_TOPICS[:6]
 QUERIES = ["espresso descaling", "billing retry backoff", "stale inventory shelf", "slow regex consumer", "certificate rotation rollback", "budget"]
 
 
