@@ -236,3 +236,32 @@ def test_fold_with_map_folds_like_fold_and_maps_every_character_to_its_source(te
         assert "".join(c for c, o in zip(folded, origin) if o == i) == fold(text[i])
     if text.isascii():
         assert folded == fold(text) and origin == list(range(len(text)))
+
+
+def test_a_hybrid_query_costs_the_same_round_trips_whatever_its_length(indexed, monkeypatch):
+    """The document-level leg's per-word queries share one round trip with the summed query: a
+    query of eight new words costs LanceDB as many round trips as one of two (batch, chunk query,
+    vector leg, the vector hits' document scores, the take), and more queries only inside them."""
+    monkeypatch.setattr(searcher_mod, "FLAT_MAX_BYTES", 0)
+    trips: list[int] = []
+    real_run = lanceaio.run
+
+    def counting_run(table, queries):
+        trips.append(len(queries))
+        return real_run(table, queries)
+
+    monkeypatch.setattr(lanceaio, "run", counting_run)
+    counts = {}
+    for query in ("espresso budget", "espresso budget descaling retry backoff inventory regex certificate"):
+        searcher = MemorySearcher(indexed)  # no word's best score known yet
+        opts = searcher.options(mode="hybrid", min_score=0.0)
+        trips.clear()
+        assert searcher.search(query, opts)
+        counts[query] = (len(trips), sum(trips))
+    again = len(trips), sum(trips)
+    trips.clear()
+    assert searcher.search("espresso budget descaling retry backoff inventory regex certificate", opts)
+    assert (len(trips), sum(trips)) == (again[0], again[1] - 8)  # asked again: no best-score query at all
+    (short_trips, short_queries), (long_trips, long_queries) = counts.values()
+    assert short_trips == long_trips == 5
+    assert long_queries == short_queries + 6  # one best-score query per further word, in the same trip
