@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from memory_pipeline.errors import ConfigError, FullTextUnavailable, ProviderError, SearchError
+from memory_pipeline.errors import ConfigError, FullTextUnavailable, ProviderError, SearchError, StoreError
 from memory_pipeline.providers.registry import query_provider
 from memory_pipeline.search import lanceaio
 from memory_pipeline.search.filters import SearchFilters, file_name_date, note_date, sql_str
@@ -48,7 +48,7 @@ MIN_POOL = 20
 # A table whose vectors fit in this many bytes is searched exactly in memory (``FlatVectors``) by a
 # searcher that answers more than one query: 43k chunks of 384 dimensions, 10k of 1,536.
 FLAT_MAX_BYTES = 64 * 2**20
-_FLAT = "\0flat"  # marks a row the in-memory vectors found (their row ids are the vectors' version's)
+_FLAT = "\0flat"  # on a row the in-memory vectors found: their version (the row ids are that version's)
 _IDS = ["chunk_id", "doc_id"]  # what a leg reads of a row before the rows kept are taken whole
 _COLUMNS = [
     "chunk_id", "doc_id", "source", "path", "locator", "line_start", "line_end", "heading", "text",
@@ -426,7 +426,7 @@ class MemorySearcher:
         assert self.table is not None
         if int(self.table.version) != flat.version:
             return None
-        rows = [{"chunk_id": flat.ids[i], "doc_id": flat.doc_ids[i], "_rowid": int(flat.row_ids[i]), "_distance": 1.0 - sim, _FLAT: True} for i, sim in hits]
+        rows = [{"chunk_id": flat.ids[i], "doc_id": flat.doc_ids[i], "_rowid": int(flat.row_ids[i]), "_distance": 1.0 - sim, _FLAT: flat.version} for i, sim in hits]
         return rows, [flat.matrix[i] for i, _ in hits]
 
     def _native_query_vector(self, media: Sequence[tuple[str, str]]) -> np.ndarray | None:
@@ -489,16 +489,23 @@ class MemorySearcher:
                 found = lanceaio.run(self.table, [lanceaio.Take([int(candidates[c].row["_rowid"]) for c in taken], columns)])[0]
                 got = {r["chunk_id"]: r for r in _rows_of(found, self.dims)}
             except (ValueError, RuntimeError, OSError) as err:
+                # LanceDB leaves stale row ids out (checked by chunk id below); an error here is the
+                # storage failing the read: the rows are looked up by chunk id instead.
                 log.info("the candidates' rows could not be taken by row id (%s): looking them up", err)
-                if self._flat is not None and any(candidates[c].row.get(_FLAT) for c in taken):
-                    # The in-memory vectors' row ids cannot serve this version: they are dropped
-                    # and not read again for it (queries scan meanwhile).
-                    self._flat_failed = self._flat.version
+                versions = {candidates[c].row.get(_FLAT) for c in taken} - {None}
+                flat = self._flat
+                if flat is not None and flat.version in versions:
+                    # Those in-memory vectors' row ids do not serve: dropped, and not read again
+                    # for their version (queries scan meanwhile). Newer ones another query loaded stay.
+                    self._flat_failed = flat.version
                     self._flat = None
         missing = [cid for cid in light if cid not in got]
         for i in range(0, len(missing), 500):
             part = missing[i : i + 500]
-            found = self.table.search().where(f"chunk_id IN ({', '.join(sql_str(c) for c in part)})").select(columns).limit(len(part)).to_arrow()
+            try:
+                found = self.table.search().where(f"chunk_id IN ({', '.join(sql_str(c) for c in part)})").select(columns).limit(len(part)).to_arrow()
+            except (ValueError, RuntimeError, OSError) as err:
+                raise StoreError(f"the results' rows could not be read from the table: {err}") from err
             got.update((r["chunk_id"], r) for r in _rows_of(found, self.dims))
         for cid in light:
             row = got.get(cid)

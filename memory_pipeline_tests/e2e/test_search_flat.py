@@ -219,3 +219,27 @@ def test_nearest_is_a_brute_force_sort_for_any_table_and_pool(rows: int, k: int,
     sims = m @ q
     want = sorted(range(rows), key=lambda i: (-sims[i], i))[: max(k, 0)]
     assert [i for i, _ in flat.nearest(q, k)] == want
+
+
+def test_storage_failing_every_read_of_the_rows_is_a_store_error(indexed, monkeypatch):
+    """The take fails and so does the lookup by chunk id (the storage is down, not the row ids
+    stale): the search says so as a store error (HTTP 503), not with LanceDB's own exception."""
+    from memory_pipeline.errors import StoreError
+
+    monkeypatch.setattr(searcher_mod, "FLAT_MAX_BYTES", 0)
+    searcher = MemorySearcher(indexed)
+    opts = searcher.options(mode="hybrid", min_score=0.0)
+    assert searcher.search("payment retries", opts)
+    refused = _refuse_takes(monkeypatch)
+    assert searcher.table is not None
+    real_search = searcher.table.search
+
+    def failing(*args, **kw):
+        if not args and not kw:  # the lookup by chunk id (the legs go through lanceaio)
+            raise OSError("connection reset by peer")
+        return real_search(*args, **kw)
+
+    monkeypatch.setattr(searcher.table, "search", failing)
+    with pytest.raises(StoreError, match="rows could not be read"):
+        searcher.search("payment retries", opts)
+    assert refused
