@@ -426,7 +426,9 @@ class MemorySearcher:
         assert self.table is not None
         if int(self.table.version) != flat.version:
             return None
-        rows = [{"chunk_id": flat.ids[i], "doc_id": flat.doc_ids[i], "_rowid": int(flat.row_ids[i]), "_distance": 1.0 - sim, _FLAT: flat.version} for i, sim in hits]
+        rows = [
+            {"chunk_id": flat.ids[i], "doc_id": flat.doc_ids[i], "_rowid": int(flat.row_ids[i]), "_distance": 1.0 - sim, _FLAT: flat.version} for i, sim in hits
+        ]
         return rows, [flat.matrix[i] for i, _ in hits]
 
     def _native_query_vector(self, media: Sequence[tuple[str, str]]) -> np.ndarray | None:
