@@ -117,6 +117,10 @@ class FakeServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # Headers and body are separate writes on a kept-alive connection: with Nagle's
+            # algorithm on, the body waits for the client's delayed ACK of the headers (40 ms a
+            # response here, what a real provider's server does not add).
+            disable_nagle_algorithm = True
 
             def log_message(self, *args):  # keep test output clean
                 pass
