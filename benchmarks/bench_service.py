@@ -22,8 +22,9 @@ minutes here (726 s measured); ``--embedder fake-openai`` instead embeds with th
 OpenAI's embeddings endpoint on 127.0.0.1 (bag-of-words vectors, 384 dims, through the real
 `openai` SDK), for the index and for every query: the table, its FTS and ANN indices, the server
 and the clients are the product as it runs, but each query's embedding is then a loopback HTTP
-call to a Python server in this process (about 44 ms p50 alone) instead of the local model (2.5 ms
-p50, bench_search.py), so its latencies are not the issue's, which name the local model.
+call to a Python server in this process (about 1.5 ms p50) instead of the local model (2.5 ms
+p50 and 3.7 ms of CPU, bench_search.py), so its numbers are not the issue's, which name the
+local model.
 """
 
 from __future__ import annotations
