@@ -275,7 +275,7 @@ class MemorySearcher:
             rows, vecs = self._vector_rows(qvec, where, parsed, pool, with_vectors=opts.mmr)
             for row, vec in zip(rows, vecs):
                 candidates[row["chunk_id"]] = Candidate(row, sv=max(0.0, 1.0 - float(row["_distance"])), vector=vec)
-            if doc_query is not None and doc_query.terms and rows and self._table_layout()[2]:
+            if doc_query is not None and doc_query.terms and rows:  # a document query: the table has document texts
                 # The vector hits' whole-document full-text scores, measured while the full-text
                 # leg still runs (most of them are not among its documents).
                 asked = list(dict.fromkeys(r.get("doc_id") or r["chunk_id"] for r in rows))
@@ -369,12 +369,8 @@ class MemorySearcher:
                 raise
             found = run(where)  # a regex LanceDB refuses: checked on the text below instead
         # The vectors as one float32 matrix (no Python float per dimension), the rest as dicts.
-        if with_vectors:
-            vecs: list[np.ndarray | None] = list(_matrix(found.column("vector"), self.dims))
-            rows = found.drop_columns(["vector"]).to_pylist()
-        else:
-            rows = found.to_pylist()
-            vecs = [None] * len(rows)
+        rows = _rows_of(found, self.dims)
+        vecs: list[np.ndarray | None] = [r.pop("vector", None) for r in rows]
         if not parsed.constrains:
             return rows, vecs
         keep = [i for i, r in enumerate(rows) if parsed.accepts(haystack(r))]
