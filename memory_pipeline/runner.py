@@ -22,6 +22,7 @@ from pathlib import Path
 from memory_pipeline import storage
 from memory_pipeline.discovery import SHARD_KEYS, shard_of
 from memory_pipeline.errors import MemoryPipelineError, PrimaryFailed
+from memory_pipeline.priority import yield_to_server
 from memory_pipeline.settings import Settings
 from memory_pipeline.stages.hooks import NO_HOOKS, StageHooks
 from memory_pipeline.stages.report import RunResults, RunSummary, Settlement, settle
@@ -83,6 +84,7 @@ def run_index(
             # them: a run's fixed cost (and Dagster's events per partition) is paid for those only.
             wanted = _span(settlement.shards[0], settlement.shards[-1])
             elsewhere = sum(n for s, n in settlement.files_elsewhere.items() if s not in wanted)
+    yield_to_server(settings)  # before the model's threads start: they take this thread's priority
     _warm_model(settings)
     try:
         parts = _run_ranges(settings, force, hooks, wanted)

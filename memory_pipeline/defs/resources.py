@@ -17,6 +17,7 @@ import dagster as dg
 from pydantic import PrivateAttr
 
 from memory_pipeline.changes import EmbeddingIdentity
+from memory_pipeline.priority import yield_to_server
 from memory_pipeline.providers.registry import ResolvedProvider, resolve_provider
 from memory_pipeline.settings import Settings, load_settings
 from memory_pipeline.stages.hooks import NO_HOOKS
@@ -33,6 +34,14 @@ class MemoryConfigResource(dg.ConfigurableResource):
 
     def settings(self) -> Settings:
         return load_settings(self.config_path or None)
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        # A run's process (or a step's, with the multiprocess executor) gives a running server's
+        # searches the CPU first. A config that does not load is left to the steps to report.
+        try:
+            yield_to_server(self.settings())
+        except Exception:  # noqa: BLE001 - priority is a courtesy; the steps report config errors
+            pass
 
     def coverage(self, settings: Settings, ident: EmbeddingIdentity) -> "CoverageReport":
         """Rebuild data_dir/analytics.duckdb from the manifests and the current table; its report."""

@@ -8,5 +8,7 @@ Modules: ``core`` (``MemoryService``: search, read lines, write notes, status, i
 cap), ``serverfile`` (the address in the data folder), ``client`` (`memory search` through a
 running server), ``app`` (``create_app``), ``run`` (`memory serve`).
 
-Nothing here is imported by `memory index` or `memory search` unless a server is in play.
+Nothing here is imported by `memory index` or `memory search` unless a server is in play, but
+``serverfile``: an index run reads it to give a running server's searches the CPU first
+(``memory_pipeline.priority``).
 """
