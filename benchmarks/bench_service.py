@@ -12,6 +12,11 @@
    /api/agentos/rag/multimodal/documents/ingest and a `memory index` runs over new notes.
 5. ``--cli-runs`` fresh `memory search` processes with the server up (the light path).
 
+``--keep DIR`` copies the indexed folder (notes and data folder) to DIR before the server starts;
+``--from DIR`` starts from a copy of such a folder instead of building one, so step 1's `memory
+index` finds nothing to do (its seconds say so) and the phases can be measured again without
+re-embedding 100k chunks. The writers' phase always works on the copy.
+
 Reports errors, p50/p95/p99 and searches/s per phase, and the CLI p50; writes JSON to ``--out``.
 Targets (issue 14, 2 cores, 100k chunks): p50 <= 30 ms and p99 <= 150 ms at c=1; >= 50 searches/s at
 c=16; CLI p50 <= 300 ms. Clients run in this process (threads), on the same cores as the server.
@@ -34,6 +39,7 @@ import json
 import os
 import platform
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -128,6 +134,8 @@ def main() -> int:
     ap.add_argument("--alone-seconds", type=float, default=30, help="c=16 with nothing writing, before the writers' phase (0: skip)")
     ap.add_argument("--embedder", choices=("local", "fake-openai"), default="local", help="see the module docstring")
     ap.add_argument("--scale-files", type=int, default=0, help="bench_scale.py's folder of N notes (~10 chunks each) instead of --notes")
+    ap.add_argument("--keep", type=Path, help="copy the indexed folder here (for --from)")
+    ap.add_argument("--from", dest="from_dir", type=Path, help="start from a folder --keep left (same --notes/--scale-files/--embedder)")
     args = ap.parse_args()
     fake = None
     if args.embedder == "fake-openai":
@@ -156,7 +164,11 @@ def _main(args, fake) -> int:
         root = Path(tmp)
         mem = root / "mem"
         mem.mkdir()
-        if args.scale_files:
+        if args.from_dir:
+            shutil.copytree(args.from_dir / "mem", mem, dirs_exist_ok=True)
+            shutil.copytree(args.from_dir / "index", root / "index", ignore=shutil.ignore_patterns("server.json"))
+            out["from"] = str(args.from_dir)
+        elif args.scale_files:
             sys.path.insert(0, str(Path(__file__).resolve().parent))
             from bench_scale import make_folder
 
@@ -177,6 +189,10 @@ def _main(args, fake) -> int:
         index = json.loads(done.stdout)
         out["index"] = {"seconds": round(time.perf_counter() - t, 1), "chunks": index["table_rows"]}
         print(f"indexed {out['notes']} notes: {index['table_rows']} chunks in {out['index']['seconds']} s", flush=True)
+        if args.keep:
+            shutil.rmtree(args.keep, ignore_errors=True)
+            shutil.copytree(mem, args.keep / "mem")
+            shutil.copytree(root / "index", args.keep / "index")
         log = open(root / "serve.log", "w")
         server = subprocess.Popen([sys.executable, "-m", "memory_pipeline.cli", "serve", "--config", str(cfg), "--port", "0"],
                                   cwd=root, env=env(), stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
