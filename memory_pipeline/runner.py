@@ -60,6 +60,7 @@ def run_index(
     force: bool = False,
     hooks: StageHooks = NO_HOOKS,
     shards: Iterable[str] | None = None,
+    keep_model: bool = False,
     _after_fallback: bool = False,
 ) -> RunSummary:
     """Materialize the asset graph over every shard (or over ``shards``) in-process; returns the summary.
@@ -69,6 +70,7 @@ def run_index(
     ``shards``: only these partitions (see :func:`shards_of`), with the same assets, change
     detection and checks; one run per contiguous range of them, their summaries added up.
     ``hooks``: points a caller can act at during the run (tests); none by default.
+    ``keep_model``: the embedding model stays loaded afterwards (the server searches with it).
     """
     started = time.perf_counter()
     wanted = _checked_shards(shards)
@@ -87,12 +89,12 @@ def run_index(
     yield_to_server(settings)  # before the model's threads start: they take this thread's priority
     _warm_model(settings)
     try:
-        parts = _run_ranges(settings, force, hooks, wanted)
+        parts = _run_ranges(settings, force, hooks, wanted, keep_model)
     except PrimaryFailed:
         if _after_fallback:
             raise
         # The failure is recorded: this run goes again with the fallback (a new generation if it differs).
-        return run_index(settings, force=force, hooks=hooks, shards=shards, _after_fallback=True)
+        return run_index(settings, force=force, hooks=hooks, shards=shards, keep_model=keep_model, _after_fallback=True)
     summary = RunSummary.combined(parts).with_timing(run_id=parts[-1].run_id, seconds=time.perf_counter() - started)
     if elsewhere:
         summary = dataclasses.replace(summary, files_seen=summary.files_seen + elsewhere)
@@ -120,14 +122,14 @@ def _warm_model(settings: Settings) -> None:
     threading.Thread(target=load, name="memory-model-warm", daemon=True).start()
 
 
-def _run_ranges(settings: Settings, force: bool, hooks: StageHooks, shards: list[str]) -> list[RunSummary]:
+def _run_ranges(settings: Settings, force: bool, hooks: StageHooks, shards: list[str], keep_model: bool = False) -> list[RunSummary]:
     """One run per contiguous range of ``shards``, under their locks; each run's summary."""
     home = ensure_dagster_home(settings)
     parts = []
     with _shard_locks(settings, shards):
         for first, last in _ranges(shards):
             results = RunResults()
-            run_id = _materialize(settings, force, home, hooks, results, first, last)
+            run_id = _materialize(settings, force, home, hooks, results, first, last, keep_model)
             parts.append(RunSummary.of(settings, results, run_id=run_id, seconds=0.0, shards=_span(first, last)))
     return parts
 
@@ -187,7 +189,7 @@ def _settlement(settings: Settings) -> Settlement | None:
     return settle(settings, ident)
 
 
-def _materialize(settings: Settings, force: bool, home: Path, hooks: StageHooks, results: RunResults, first: str, last: str) -> str:
+def _materialize(settings: Settings, force: bool, home: Path, hooks: StageHooks, results: RunResults, first: str, last: str, keep_model: bool = False) -> str:
     """One in-process run of the graph over the shards ``first``..``last``; its run id. A failed run
     raises the error that failed it."""
     import dagster as dg
@@ -202,7 +204,7 @@ def _materialize(settings: Settings, force: bool, home: Path, hooks: StageHooks,
         result = dg.materialize(
             index_assets,
             instance=instance,
-            resources=index_resources(str(settings.config_path or ""), hooks=hooks, results=results),
+            resources=index_resources(str(settings.config_path or ""), hooks=hooks, results=results, keep_model=keep_model),
             # One shard: a plain partition run (what the sensor asks for); more: a range.
             partition_key=first if first == last else None,
             tags=range_tags(first, last) if first != last else None,

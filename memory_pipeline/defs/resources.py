@@ -60,6 +60,10 @@ class EmbedderResource(dg.ConfigurableResource):
     """
 
     memory_config: dg.ResourceDependency[MemoryConfigResource]
+    # A long-lived process that searches with the same model (`memory serve`) keeps it loaded:
+    # its runs share the one cached provider with the searcher, and a release would drop the
+    # searcher's model after every ingest (a gc of the whole server, and a reload on the next query).
+    keep_model: bool = False
     _resolved: ResolvedProvider | None = PrivateAttr(default=None)
 
     def resolved(self, settings: Settings | None = None) -> ResolvedProvider:
@@ -72,8 +76,8 @@ class EmbedderResource(dg.ConfigurableResource):
         return EmbeddingIdentity.of(self.resolved(settings))
 
     def release(self) -> None:
-        """Hand the model's memory back (it reloads on next use)."""
-        if self._resolved is not None and self._resolved.provider is not None:
+        """Hand the model's memory back (it reloads on next use); not with ``keep_model``."""
+        if self._resolved is not None and self._resolved.provider is not None and not self.keep_model:
             self._resolved.provider.release()
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
@@ -91,15 +95,16 @@ def run_results(_context) -> RunResults:
     return RunResults()
 
 
-def index_resources(config_path: str = "", *, hooks=NO_HOOKS, results: RunResults | None = None) -> dict:
-    """The resources one index run is bound to (the defs folder's, or the CLI's with its own hooks and collector)."""
+def index_resources(config_path: str = "", *, hooks=NO_HOOKS, results: RunResults | None = None, keep_model: bool = False) -> dict:
+    """The resources one index run is bound to (the defs folder's, or the CLI's with its own hooks and
+    collector; ``keep_model``: the model stays loaded after the run, for the server's searches)."""
     from memory_pipeline.defs.io_managers import PolarsParquetIOManager  # it builds on MemoryConfigResource
 
     memory_config = MemoryConfigResource(config_path=config_path)
     return {
         "memory_config": memory_config,
         "io_manager": PolarsParquetIOManager(memory_config=memory_config),
-        "embedder": EmbedderResource(memory_config=memory_config),
+        "embedder": EmbedderResource(memory_config=memory_config, keep_model=keep_model),
         "stage_hooks": dg.ResourceDefinition.hardcoded_resource(hooks) if hooks is not NO_HOOKS else stage_hooks,
         "run_results": dg.ResourceDefinition.hardcoded_resource(results) if results is not None else run_results,
     }

@@ -251,7 +251,7 @@ class MemoryService:
                     batch, self._queue = self._queue, []
                 wanted = None if any(r.shards is None for r in batch) else frozenset().union(*(r.shards or () for r in batch))
                 try:
-                    summary = run_index(self.settings, shards=wanted) if wanted != frozenset() else None
+                    summary = run_index(self.settings, shards=wanted, keep_model=True) if wanted != frozenset() else None
                 except BaseException as err:  # noqa: BLE001 - handed to every request of the batch, raised below
                     for r in batch:
                         r.error = err
