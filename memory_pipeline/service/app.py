@@ -96,6 +96,7 @@ def create_app(
             async with mcp.session_manager.run():
                 yield
         finally:
+            service.close()
             if url:
                 serverfile.remove(storage.of(settings).root)
 

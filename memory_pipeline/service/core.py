@@ -9,6 +9,7 @@ that queue up behind a run are served together by the next one: one run over all
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
     from memory_pipeline.stages.report import RunSummary
 
 MAX_LINES = 2000
+FOLD_AFTER_SECONDS = 2.0  # quiet time after the last write before its rows are folded into the indices
+log = logging.getLogger(__name__)
 NOTE_SUFFIXES = (".md", ".markdown", ".txt")
 
 
@@ -63,7 +66,7 @@ class _IndexRequest:
 class MemoryService:
     """The memory folder and its index, as one long-lived object (settings, warm searcher, write lock)."""
 
-    def __init__(self, settings: Settings, *, refresh_seconds: float = 0.25) -> None:
+    def __init__(self, settings: Settings, *, refresh_seconds: float = 0.25, fold_after_seconds: float = FOLD_AFTER_SECONDS) -> None:
         self.settings = settings
         self.searcher = WarmSearcher(settings, refresh_seconds=refresh_seconds)
         self.write_lock = threading.Lock()
@@ -73,6 +76,12 @@ class MemoryService:
         self.ready = False
         self.warm_error = ""  # why the searcher could not be opened, for /readyz
         self.last_index: RunSummary | None = None
+        self.fold_after_seconds = fold_after_seconds
+        self.last_fold: dict = {}
+        self._writes = 0  # index runs served so far; the fold thread waits for it to stop moving
+        self._wrote = threading.Condition()
+        self._closed = False
+        self._folder: threading.Thread | None = None
 
     # --- reads -------------------------------------------------------------------------
 
@@ -228,6 +237,7 @@ class MemoryService:
             "generations": generations.describe(self.settings),
             "sources": [{"name": s.name, "path": str(s.path)} for s in self.settings.sources],
             "last_run": {k: v for k, v in run.items() if k != "errors"} | ({"errors": len(run.get("errors", []))} if run else {}),
+            "last_fold": self.last_fold,  # new rows folded into the indices once writes settle
         }
 
     # --- writes ------------------------------------------------------------------------
@@ -262,9 +272,66 @@ class MemoryService:
                 if summary is not None:
                     self.last_index = summary
                     self._refresh_runs()
+                    if summary.rows_written or summary.rows_deleted:
+                        self._fold_later()
         if request.error is not None:
             raise request.error
         return request.summary or RunSummary(skipped_run=True)  # no shard to run: nothing to index
+
+    # --- folding new rows into the indices once writes settle ----------------------------
+
+    def _fold_later(self) -> None:
+        """Fold the rows this server wrote into the table's indices once no write has come for
+        ``fold_after_seconds``: each ingest leaves its rows unindexed and its own fragment, which
+        every query then scans (see ``VectorStore.fold_new_rows``); folding after each ingest
+        instead would add about 1.5 s to each at 100k chunks."""
+        if self.fold_after_seconds <= 0:
+            return
+        with self._wrote:
+            self._writes += 1
+            self._wrote.notify_all()
+            if self._folder is None or not self._folder.is_alive():
+                self._folder = threading.Thread(target=self._fold_when_settled, name="memory-fold", daemon=True)
+                self._folder.start()
+
+    def _fold_when_settled(self) -> None:
+        while True:
+            with self._wrote:
+                seen = self._writes
+                moved = self._wrote.wait_for(lambda seen=seen: self._closed or self._writes != seen, timeout=self.fold_after_seconds)
+                if self._closed:
+                    return
+                if moved:
+                    continue  # another write: the quiet interval starts again
+            with self.write_lock:
+                with self._wrote:
+                    if self._writes != seen:
+                        continue  # a write came while this waited for the lock
+                self.fold_now()
+            with self._wrote:
+                if self._writes == seen:
+                    self._folder = None
+                    return
+
+    def fold_now(self) -> dict:
+        """Fold new rows into the current table's indices now (under the write lock); what was done."""
+        from memory_pipeline import storage
+        from memory_pipeline.stores import generations
+        from memory_pipeline.stores.lance import VectorStore
+
+        try:
+            self.last_fold = VectorStore(storage.of(self.settings).lancedb_uri, generations.current(self.settings)[0]).fold_new_rows() | {"at": time.time()}
+        except Exception as err:  # noqa: BLE001 - searches still work (scanning); the next settle tries again
+            log.warning("could not fold new rows into the indices: %s", err)
+            self.last_fold = {"fold": "failed", "error": str(err), "at": time.time()}
+        self.searcher.invalidate()
+        return self.last_fold
+
+    def close(self) -> None:
+        """Stop the fold thread (a fold under way finishes)."""
+        with self._wrote:
+            self._closed = True
+            self._wrote.notify_all()
 
     def _refresh_runs(self) -> None:
         from memory_pipeline.stores.analytics import refresh_runs

@@ -138,6 +138,9 @@ def _is_conflict(err: Exception) -> bool:
 
 # Fragments after which the write stage compacts the table (see ``VectorStore._ensure_fts``).
 COMPACT_AT = 16
+# Fragments from which ``VectorStore.fold_new_rows`` compacts a table whose rows are all indexed
+# (large tables keep one fragment per ~1M rows after compaction: a few are normal).
+FOLD_FRAGMENTS = 4
 
 
 def _fragment_count(table) -> int:
@@ -419,6 +422,28 @@ class VectorStore:
         if created:
             return {"fts": "created"}
         return {"fts": "current", "unindexed_rows": unindexed}
+
+    def fold_new_rows(self) -> dict:
+        """Fold rows not yet in the indices into them, and merge small fragments, in one
+        ``optimize``; nothing when every row is indexed and the table has few fragments.
+
+        Each query scans the rows its indices lack (and opens every fragment): on a 100k-chunk
+        table, 133 rows written by a few ingests raised a hybrid search's CPU from 29.6 to 47.8 ms,
+        while the optimize that folds them took 1.5 s once. The write stage folds only past a
+        large backlog (a run's own cost); the server calls this when its writes settle.
+        """
+        table = self.open()
+        if table is None:
+            return {}
+        unindexed = 0
+        for idx in table.list_indices():
+            stats = table.index_stats(idx.name)
+            unindexed = max(unindexed, int(getattr(stats, "num_unindexed_rows", 0) or 0))
+        fragments = _fragment_count(table)
+        if not unindexed and fragments < FOLD_FRAGMENTS:
+            return {"fold": "current"}
+        _with_conflict_retry(table, lambda: table.optimize(), f"folding new rows into the indices of {self.table_name}")
+        return {"fold": "optimized", "unindexed_rows": unindexed, "fragments": fragments}
 
     def vector_index(self):
         """The ANN index on ``vector`` (its IndexConfig), or None."""
