@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from memory_pipeline.discovery import INDEXED_MODALITIES, doc_id, is_selected, sniff
 from memory_pipeline.errors import ConfigError, MemoryPipelineError
 from memory_pipeline.service.files import rel_parts, write_file
+from memory_pipeline.service.indexer import IndexWorker
 from memory_pipeline.service.warm import WarmSearcher
 from memory_pipeline.settings import Settings
 
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 
 MAX_LINES = 2000
 FOLD_AFTER_SECONDS = 2.0  # quiet time after the last write before its rows are folded into the indices
+FOLD_MAX_WAIT_SECONDS = 60.0  # writes that never pause are folded this often (each fold adds a delta vector index)
 log = logging.getLogger(__name__)
 NOTE_SUFFIXES = (".md", ".markdown", ".txt")
 
@@ -66,7 +68,7 @@ class _IndexRequest:
 class MemoryService:
     """The memory folder and its index, as one long-lived object (settings, warm searcher, write lock)."""
 
-    def __init__(self, settings: Settings, *, refresh_seconds: float = 0.25, fold_after_seconds: float = FOLD_AFTER_SECONDS) -> None:
+    def __init__(self, settings: Settings, *, refresh_seconds: float = 0.25, fold_after_seconds: float = FOLD_AFTER_SECONDS, index_worker: bool = True) -> None:
         self.settings = settings
         self.searcher = WarmSearcher(settings, refresh_seconds=refresh_seconds)
         self.write_lock = threading.Lock()
@@ -82,6 +84,9 @@ class MemoryService:
         self._wrote = threading.Condition()
         self._closed = False
         self._folder: threading.Thread | None = None
+        # Index runs in a companion process (``service.indexer``), so their Python work never
+        # holds this process's interpreter lock while it searches; in-process without it.
+        self._worker = IndexWorker(settings) if index_worker else None
 
     # --- reads -------------------------------------------------------------------------
 
@@ -238,6 +243,7 @@ class MemoryService:
             "sources": [{"name": s.name, "path": str(s.path)} for s in self.settings.sources],
             "last_run": {k: v for k, v in run.items() if k != "errors"} | ({"errors": len(run.get("errors", []))} if run else {}),
             "last_fold": self.last_fold,  # new rows folded into the indices once writes settle
+            "fold_pending": self.fold_pending,
         }
 
     # --- writes ------------------------------------------------------------------------
@@ -249,7 +255,6 @@ class MemoryService:
         by the next run, which takes every queued request's shards at once (the same summary for
         each). Raises the run's error for every request it served.
         """
-        from memory_pipeline.runner import run_index
         from memory_pipeline.stages.report import RunSummary
 
         request = _IndexRequest(None if shards is None else frozenset(shards))
@@ -261,7 +266,7 @@ class MemoryService:
                     batch, self._queue = self._queue, []
                 wanted = None if any(r.shards is None for r in batch) else frozenset().union(*(r.shards or () for r in batch))
                 try:
-                    summary = run_index(self.settings, shards=wanted, keep_model=True) if wanted != frozenset() else None
+                    summary = None if wanted == frozenset() else self._run_index(wanted)
                 except BaseException as err:  # noqa: BLE001 - handed to every request of the batch, raised below
                     for r in batch:
                         r.error = err
@@ -277,6 +282,13 @@ class MemoryService:
         if request.error is not None:
             raise request.error
         return request.summary or RunSummary(skipped_run=True)  # no shard to run: nothing to index
+
+    def _run_index(self, shards: frozenset[str] | None) -> RunSummary:
+        if self._worker is not None:
+            return self._worker.run(shards)
+        from memory_pipeline.runner import run_index
+
+        return run_index(self.settings, shards=shards, keep_model=True)
 
     # --- folding new rows into the indices once writes settle ----------------------------
 
@@ -295,23 +307,30 @@ class MemoryService:
                 self._folder.start()
 
     def _fold_when_settled(self) -> None:
+        since = time.monotonic()  # the oldest write not folded yet
         while True:
             with self._wrote:
                 seen = self._writes
                 moved = self._wrote.wait_for(lambda seen=seen: self._closed or self._writes != seen, timeout=self.fold_after_seconds)
                 if self._closed:
                     return
-                if moved:
-                    continue  # another write: the quiet interval starts again
+                if moved and time.monotonic() - since < FOLD_MAX_WAIT_SECONDS:
+                    continue  # another write: the quiet interval starts again (writes that never pause still get folded)
             with self.write_lock:
                 with self._wrote:
-                    if self._writes != seen:
-                        continue  # a write came while this waited for the lock
+                    seen = self._writes  # every write so far is in the table: this fold covers them
                 self.fold_now()
             with self._wrote:
                 if self._writes == seen:
                     self._folder = None
                     return
+            since = time.monotonic()
+
+    @property
+    def fold_pending(self) -> bool:
+        """A fold is waiting for writes to settle, or under way."""
+        folder = self._folder
+        return folder is not None and folder.is_alive()
 
     def fold_now(self) -> dict:
         """Fold new rows into the current table's indices now (under the write lock); what was done."""
@@ -320,7 +339,11 @@ class MemoryService:
         from memory_pipeline.stores.lance import VectorStore
 
         try:
-            self.last_fold = VectorStore(storage.of(self.settings).lancedb_uri, generations.current(self.settings)[0]).fold_new_rows() | {"at": time.time()}
+            if self._worker is not None:
+                done = self._worker.fold()  # at the worker's priority, off this process's interpreter lock
+            else:
+                done = VectorStore(storage.of(self.settings).lancedb_uri, generations.current(self.settings)[0]).fold_new_rows()
+            self.last_fold = done | {"at": time.time()}
         except Exception as err:  # noqa: BLE001 - searches still work (scanning); the next settle tries again
             log.warning("could not fold new rows into the indices: %s", err)
             self.last_fold = {"fold": "failed", "error": str(err), "at": time.time()}
@@ -328,10 +351,12 @@ class MemoryService:
         return self.last_fold
 
     def close(self) -> None:
-        """Stop the fold thread (a fold under way finishes)."""
+        """Stop the fold thread (a fold under way finishes) and the index worker."""
         with self._wrote:
             self._closed = True
             self._wrote.notify_all()
+        if self._worker is not None:
+            self._worker.close()
 
     def _refresh_runs(self) -> None:
         from memory_pipeline.stores.analytics import refresh_runs

@@ -138,6 +138,10 @@ def _is_conflict(err: Exception) -> bool:
 
 # Fragments after which the write stage compacts the table (see ``VectorStore._ensure_fts``).
 COMPACT_AT = 16
+# Delta vector indices (one per optimize that folded new rows in) past which the vector index is
+# trained again as one (``VectorStore.ensure_ann``).
+ANN_MAX_DELTAS = 8
+
 # Fragments from which ``VectorStore.fold_new_rows`` compacts a table whose rows are all indexed
 # (large tables keep one fragment per ~1M rows after compaction: a few are normal).
 FOLD_FRAGMENTS = 4
@@ -474,8 +478,11 @@ class VectorStore:
             stats = table.index_stats(idx.name)
             unindexed = int(getattr(stats, "num_unindexed_rows", 0) or 0)
             indexed = int(getattr(stats, "num_indexed_rows", 0) or 0)
-            if unindexed <= max(indexed // 5, 0) or unindexed < 1000:
-                return {"ann": "current", "unindexed_rows": unindexed}
+            # Each optimize that folds new rows in adds a delta index, and every query searches
+            # each delta (at 100k chunks, three folds left four: hybrid CPU 29.6 -> 39.1 ms).
+            deltas = int(getattr(stats, "num_indices", 1) or 1)
+            if deltas <= ANN_MAX_DELTAS and (unindexed <= max(indexed // 5, 0) or unindexed < 1000):
+                return {"ann": "current", "unindexed_rows": unindexed, "ann_deltas": deltas}
         started = time.perf_counter()
 
         def build():

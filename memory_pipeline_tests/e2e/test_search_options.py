@@ -235,3 +235,48 @@ def test_ann_index_is_built_above_the_threshold_and_measured(tmp_path: Path):
     assert recall is not None and recall >= 0.9
     report = store.maintain(ann=low)
     assert report["ann"] == "current" and report["ann_recall_at_10"] >= 0.9
+
+
+def test_folds_of_new_rows_add_delta_indices_until_the_ann_index_is_trained_again(tmp_path: Path):
+    """Each optimize folds new rows in as a delta vector index that every query searches; past
+    ANN_MAX_DELTAS the index is trained again as one (the server folds after each burst of writes)."""
+    from memory_pipeline.stores.lance import ANN_MAX_DELTAS
+
+    dims = 16
+    rng = np.random.default_rng(1)
+    store = VectorStore(str(tmp_path / "lancedb"), "memory_vectors")
+    meta = {"provider": "test", "model": "test", "dims": dims, "provider_key": "k"}
+    store.ensure(dims, meta)
+    schema = table_schema(dims, meta)
+
+    def add(start: int, n: int) -> None:
+        vecs = rng.normal(size=(n, dims)).astype(np.float32)
+        vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+        rows = {f.name: [None] * n for f in schema}
+        rows.update(
+            chunk_id=[f"c{i}" for i in range(start, start + n)],
+            doc_id=[f"s:d{i}" for i in range(start, start + n)],
+            text=[f"t{i}" for i in range(start, start + n)],
+        )
+        rows["vector"] = pa.FixedSizeListArray.from_arrays(pa.array(vecs.reshape(-1), type=pa.float32()), dims)
+        store.open().add(pa.table(rows, schema=schema))
+
+    add(0, 1200)
+    ann = AnnConfig(min_rows=1000, index_type="IVF_HNSW_SQ", nprobes=20)
+    assert store.ensure_ann(ann)["ann"] == "built"
+    assert store.fold_new_rows()["fold"] == "current"  # everything indexed, one fragment
+    deltas = 1
+    for k in range(ANN_MAX_DELTAS + 3):
+        add(10_000 + 10 * k, 10)
+        folded = store.fold_new_rows()
+        assert folded["fold"] == "optimized" and folded["unindexed_rows"] == 10, folded
+        got = store.ensure_ann(ann)
+        if got["ann"] == "built":
+            break
+        deltas = got["ann_deltas"]
+        assert got["ann"] == "current" and deltas <= ANN_MAX_DELTAS
+    else:
+        raise AssertionError(f"never trained again; {deltas} deltas")
+    assert deltas > 1  # folds did add deltas before the index was trained again
+    stats = store.open().index_stats(store.vector_index().name)
+    assert stats.num_unindexed_rows == 0 and stats.num_indices == 1

@@ -89,6 +89,16 @@ class Server:
             time.sleep(0.2)
         raise AssertionError(f"memory serve never ready: {self.output()}")
 
+    def settle(self, timeout: float = 180) -> None:
+        """Wait until the server has folded its writes' rows into the indices (the table then stays as
+        it is: a search through it and one in-process see the same version)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.http.get("/api/memory/status").json()["fold_pending"]:
+                return
+            time.sleep(0.2)
+        raise AssertionError(f"the server never settled: {self.output()}")
+
     def output(self) -> str:
         self.log.flush()
         self.log.seek(0)

@@ -219,6 +219,7 @@ def test_cli_search_by_image_goes_through_the_running_server(server, memory_conf
     from memory_pipeline_tests import sample_media as sm
 
     image = sm.text_image(tmp_path / "whiteboard.png", ["daily standup room Aurora"])
+    server.settle()
     args = ["search", "--config", str(memory_config), "--image", str(image), "--retrieval-mode", mode]
     served = probe(*args, "--json", cwd=memory_config.parent)
     assert served.returncode == 0, served.stderr
@@ -238,6 +239,7 @@ def test_cli_search_by_audio_goes_through_the_running_server(server, memory_conf
     from memory_pipeline_tests import sample_media as sm
 
     audio = sm.speech_audio(tmp_path / "memo.wav", "Dana owns the routing service and prefers async reviews.")
+    server.settle()
     args = ["search", "--config", str(memory_config), "--audio", str(audio), "--json"]
     served = probe(*args, cwd=memory_config.parent)
     assert served.returncode == 0 and "SERVED" in served.stderr, served.stderr
