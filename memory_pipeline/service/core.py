@@ -244,6 +244,7 @@ class MemoryService:
             "last_run": {k: v for k, v in run.items() if k != "errors"} | ({"errors": len(run.get("errors", []))} if run else {}),
             "last_fold": self.last_fold,  # new rows folded into the indices once writes settle
             "fold_pending": self.fold_pending,
+            "index_worker_pid": self._worker.pid if self._worker is not None else None,
         }
 
     # --- writes ------------------------------------------------------------------------

@@ -71,3 +71,39 @@ def test_rows_written_through_the_server_are_folded_into_the_indices_once_writes
         assert any("pier 2" in r["snippet"] for r in pier), pier
     finally:
         srv.stop()
+
+
+def test_errors_from_the_index_worker_keep_their_type_field_and_hint():
+    from memory_pipeline.errors import ConfigError, StoreError
+    from memory_pipeline.service.indexer import _described, _rebuilt
+
+    err = _rebuilt(_described(ConfigError("sources[0].path: not a folder", key="sources", hint="fix the path")))
+    assert type(err) is ConfigError and str(err) == "sources[0].path: not a folder" and err.key == "sources" and err.hint == "fix the path"
+    assert type(_rebuilt(_described(StoreError("table busy")))) is StoreError
+    other = _rebuilt(_described(ZeroDivisionError("division by zero")))
+    assert type(other).__name__ == "MemoryPipelineError" and "ZeroDivisionError: division by zero" in str(other)
+
+
+def test_a_killed_index_worker_is_replaced_by_the_next_write(tmp_path: Path):
+    import os
+    import signal
+
+    srv = Server(make_memory(tmp_path))
+    try:
+        first = srv.http.post("/api/memory/notes", json={"text": "Buoy 7 was repainted red.", "path": "buoys.md"})
+        assert first.status_code == 200, first.text
+        pid = srv.http.get("/api/memory/status").json()["index_worker_pid"]
+        assert pid and pid != srv.proc.pid
+        assert os.getpriority(os.PRIO_PROCESS, pid) >= 10  # the server's background writer yields the CPU
+        os.kill(pid, signal.SIGKILL)
+        time.sleep(0.5)
+        second = srv.http.post("/api/memory/notes", json={"text": "Buoy 9 lost its light.", "path": "buoys.md"})
+        assert second.status_code == 200, second.text
+        assert second.json()["indexed"] is True
+        new_pid = srv.http.get("/api/memory/status").json()["index_worker_pid"]
+        assert new_pid and new_pid != pid
+        srv.settle()
+        found = srv.http.post("/api/memory/search", json={"query": "buoy lost its light"}).json()["results"]
+        assert found and found[0]["path"].endswith("buoys.md")
+    finally:
+        srv.stop()
