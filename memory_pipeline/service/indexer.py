@@ -83,10 +83,16 @@ class IndexWorker:
         raise _rebuilt(payload)
 
     def close(self) -> None:
-        with self._lock:
-            if self._idle is not None:
-                self._idle.cancel()
-            self._stop_now(ask=True)
+        """Stop the worker: asked to when idle; a run still going after 5 s is cut short (the
+        server is stopping, and the runner's records make the next run finish its shards)."""
+        if self._idle is not None:
+            self._idle.cancel()
+        idle = self._lock.acquire(timeout=5)
+        try:
+            self._stop_now(ask=idle)
+        finally:
+            if idle:
+                self._lock.release()
 
     # --- the process ---------------------------------------------------------------------
 
