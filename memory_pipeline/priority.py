@@ -4,14 +4,15 @@ An agent's searches are interactive; an index run (``memory index``, a Dagster r
 batch work. On a small machine both want every core: a run embedding notes next to `memory serve`
 took more than half its CPU and its searches/s fell by more than half. While a server is up for the
 same data folder (its ``server.json`` names a live process), an index run raises its own nice value
-by ``service.index_nice`` (10 by default; 0 leaves it alone), so the scheduler gives the server's
+to ``service.index_nice`` (10 by default; 0 leaves it alone), so the scheduler gives the server's
 threads the CPU first and the run whatever they leave. On an idle machine the run is as fast as
 before: a nice value only matters when something else wants the CPU.
 
 Linux keeps a nice value per thread and a new thread takes its creator's, so every thread the
 process already has is moved (the model's and LanceDB's worker pools may exist already) and those
 it starts later follow. A process can always lower its own priority, never raise it back without
-privileges: the value only goes up, and never in the server's own process (its ingests run there).
+privileges: the value only goes up, and never in the server's own process (its own index runs go
+to a companion process, ``service.indexer``, which sets the same value for itself).
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ _TASKS = Path("/proc/self/task")
 
 def yield_to_server(settings: Settings) -> int | None:
     """Lower this process's CPU priority when a server for ``settings``' data folder is up; the
-    nice value it now runs at, or None when nothing changed (no server, it is this process,
-    ``service.index_nice`` is 0, or the platform has no per-thread priorities)."""
+    nice value asked for (threads already there or above keep theirs), or None when there is
+    nothing to do (no server, it is this process, ``service.index_nice`` is 0, or the platform
+    has no ``setpriority``)."""
     step = settings.service.index_nice
     if step <= 0 or not hasattr(os, "setpriority"):
         return None

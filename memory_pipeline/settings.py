@@ -265,7 +265,7 @@ class ServiceConfig:
     port: Annotated[int, Strict(), Field(ge=0, le=65535)] = 8765  # 0 = any free port
     assets_source: Str | None = None  # the source ingested assets are written to (None: the first)
     cors_origins: tuple[Str, ...] = ()  # browser origins allowed (CORS is off when empty)
-    # While a server is up for the data folder, index runs raise their nice value by this much so
+    # While a server is up for the data folder, index runs raise their nice value to this so
     # its searches get the CPU first (0: off); see memory_pipeline/priority.py.
     index_nice: Annotated[int, Strict(), Field(ge=0, le=19)] = 10
 

@@ -38,6 +38,9 @@ class MemoryConfigResource(dg.ConfigurableResource):
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         # A run's process (or a step's, with the multiprocess executor) gives a running server's
         # searches the CPU first. A config that does not load is left to the steps to report.
+        # Sensors set resources up too, in the long-lived code server: never there.
+        if getattr(context, "dagster_run", None) is None:
+            return
         try:
             yield_to_server(self.settings())
         except Exception:  # noqa: BLE001 - priority is a courtesy; the steps report config errors

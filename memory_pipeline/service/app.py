@@ -22,6 +22,10 @@ LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "[::1]", "::1"]
 
 
 def _status_of(err: MemoryPipelineError) -> int:
+    from memory_pipeline.service.indexer import IndexWorkerError
+
+    if isinstance(err, IndexWorkerError):
+        return 500  # a crash or a bug in the index worker, not the request's fault
     if isinstance(err, NotFound):
         return 404
     if isinstance(err, TooLarge):

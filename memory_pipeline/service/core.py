@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 MAX_LINES = 2000
 FOLD_AFTER_SECONDS = 2.0  # quiet time after the last write before its rows are folded into the indices
 FOLD_MAX_WAIT_SECONDS = 60.0  # writes that never pause are folded this often (each fold adds a delta vector index)
+FOLD_MIN_INTERVAL_SECONDS = 30.0  # and no fold comes sooner than this after the last (bursts a few seconds apart)
 log = logging.getLogger(__name__)
 NOTE_SUFFIXES = (".md", ".markdown", ".txt")
 
@@ -84,6 +85,7 @@ class MemoryService:
         self._wrote = threading.Condition()
         self._closed = False
         self._folder: threading.Thread | None = None
+        self._last_fold_at = float("-inf")
         # Index runs in a companion process (``service.indexer``), so their Python work never
         # holds this process's interpreter lock while it searches; in-process without it.
         self._worker = IndexWorker(settings) if index_worker else None
@@ -317,10 +319,18 @@ class MemoryService:
                     return
                 if moved and time.monotonic() - since < FOLD_MAX_WAIT_SECONDS:
                     continue  # another write: the quiet interval starts again (writes that never pause still get folded)
+            rest = FOLD_MIN_INTERVAL_SECONDS - (time.monotonic() - self._last_fold_at)
+            if rest > 0:
+                with self._wrote:
+                    if self._wrote.wait_for(lambda: self._closed, timeout=rest):
+                        return
             with self.write_lock:
                 with self._wrote:
+                    if self._closed:
+                        return
                     seen = self._writes  # every write so far is in the table: this fold covers them
                 self.fold_now()
+                self._last_fold_at = time.monotonic()
             with self._wrote:
                 if self._writes == seen:
                     self._folder = None

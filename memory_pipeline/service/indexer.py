@@ -33,6 +33,12 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 IDLE_SECONDS = 300.0
+
+
+class IndexWorkerError(MemoryPipelineError):
+    """The worker died, or failed with an error that is not one of ours (HTTP 500: a bug or a crash)."""
+
+
 _ATTRS = (str, int, float, bool, type(None))
 
 
@@ -46,6 +52,7 @@ class IndexWorker:
         self._proc: Any = None
         self._conn: Any = None
         self._idle: threading.Timer | None = None
+        self._closed = False
 
     @property
     def pid(self) -> int | None:
@@ -66,13 +73,16 @@ class IndexWorker:
         with self._lock:
             if self._idle is not None:
                 self._idle.cancel()
+            if self._closed:
+                raise IndexWorkerError("the server is stopping: no index run is started now", hint="run `memory index` once it has stopped")
             self._start()
             try:
                 self._conn.send((kind, arg))
                 answer, payload = self._conn.recv()
             except (EOFError, OSError) as err:
                 code = self._stop_now()
-                raise MemoryPipelineError(
+                log.error("the index worker stopped during a request (exit code %s)", code)
+                raise IndexWorkerError(
                     f"the server's index worker stopped during the run (exit code {code}): {type(err).__name__}",
                     hint="the next write starts a new worker; `memory index` finishes what this run left",
                 ) from None
@@ -85,6 +95,7 @@ class IndexWorker:
     def close(self) -> None:
         """Stop the worker: asked to when idle; a run still going after 5 s is cut short (the
         server is stopping, and the runner's records make the next run finish its shards)."""
+        self._closed = True
         if self._idle is not None:
             self._idle.cancel()
         idle = self._lock.acquire(timeout=5)
@@ -144,8 +155,11 @@ class IndexWorker:
 
 
 def _described(err: BaseException) -> dict:
-    attrs = {k: v for k, v in vars(err).items() if isinstance(v, _ATTRS)}
-    return {"module": type(err).__module__, "name": type(err).__qualname__, "message": str(err), "attrs": attrs}
+    import traceback
+
+    attrs = {k: (v if isinstance(v, _ATTRS) else str(v)) for k, v in vars(err).items()}  # a Path as its text
+    tb = "" if isinstance(err, MemoryPipelineError) else "".join(traceback.format_exception(err))
+    return {"module": type(err).__module__, "name": type(err).__qualname__, "message": str(err), "attrs": attrs, "traceback": tb}
 
 
 def _rebuilt(payload: dict) -> BaseException:
@@ -159,29 +173,37 @@ def _rebuilt(payload: dict) -> BaseException:
         Exception.__init__(err, payload["message"])
         err.__dict__.update(payload["attrs"])
         return err
-    return MemoryPipelineError(f"the index run failed: {payload['name']}: {payload['message']}", hint="see the run in the Dagster UI (make ui)")
+    log.error("the index worker's run failed: %s: %s\n%s", payload["name"], payload["message"], payload.get("traceback", ""))
+    return IndexWorkerError(
+        f"the index run failed: {payload['name']}: {payload['message']}", hint="see the server's log and the run in the Dagster UI (make ui)"
+    )
 
 
 def _fold(settings: Settings) -> dict:
     from memory_pipeline import storage
     from memory_pipeline.stores import generations
-    from memory_pipeline.stores.lance import VectorStore
+    from memory_pipeline.stores.lance import ANN_MAX_DELTAS, ANN_REBUILD_ROWS, VectorStore
 
     store = VectorStore(storage.of(settings).lancedb_uri, generations.current(settings)[0])
     done = store.fold_new_rows()
-    if done.get("fold") == "optimized":
-        done["ann"] = store.ensure_ann(settings.ann).get("ann", "")  # folds add delta indices: one again past ANN_MAX_DELTAS
+    if done.get("fold") == "optimized" and store.count_rows() <= ANN_REBUILD_ROWS:
+        # Each fold adds a delta vector index that queries search too: one again past ANN_MAX_DELTAS.
+        done["ann"] = store.ensure_ann(settings.ann, max_deltas=ANN_MAX_DELTAS).get("ann", "")
     return done
 
 
 def _serve(settings: Settings, conn) -> None:
     """The worker's loop: index requests until told to stop or the server goes away."""
-    from memory_pipeline.runner import run_index
-
     try:
         os.dup2(2, 1)  # `memory mcp` speaks on stdout: nothing of this process may land there
     except OSError:
         pass
+    import signal
+
+    from memory_pipeline.runner import run_index
+
+    # Ctrl-C in the server's terminal reaches this process too: the server stops it (close).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     step = settings.service.index_nice
     if step > 0 and hasattr(os, "nice"):
         try:
@@ -205,4 +227,4 @@ def _serve(settings: Settings, conn) -> None:
             return
 
 
-__all__ = ["IndexWorker"]
+__all__ = ["IndexWorker", "IndexWorkerError"]

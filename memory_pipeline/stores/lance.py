@@ -138,9 +138,12 @@ def _is_conflict(err: Exception) -> bool:
 
 # Fragments after which the write stage compacts the table (see ``VectorStore._ensure_fts``).
 COMPACT_AT = 16
-# Delta vector indices (one per optimize that folded new rows in) past which the vector index is
-# trained again as one (``VectorStore.ensure_ann``).
+# Delta vector indices (one per optimize that folded new rows in) past which maintenance and the
+# server's folds train the vector index again as one (``VectorStore.ensure_ann``); the server's
+# folds only up to ANN_REBUILD_ROWS rows (about a minute of training at 100k chunks; ten at 1M:
+# larger tables wait for the nightly maintenance).
 ANN_MAX_DELTAS = 8
+ANN_REBUILD_ROWS = 250_000
 
 # Fragments from which ``VectorStore.fold_new_rows`` compacts a table whose rows are all indexed
 # (large tables keep one fragment per ~1M rows after compaction: a few are normal).
@@ -459,13 +462,15 @@ class VectorStore:
                 return idx
         return None
 
-    def ensure_ann(self, ann, *, rebuild: bool = False) -> dict:
+    def ensure_ann(self, ann, *, rebuild: bool = False, max_deltas: int | None = None) -> dict:
         """Build the ANN index once the table holds ``ann.min_rows`` rows; retrain it when stale.
 
         Below the threshold exact search is fast enough and exact. New rows are folded into
         an existing index by ``optimize()`` (nightly maintenance) without retraining; once
         more than a fifth of the rows were never part of a training (or ``rebuild``), the
-        partitions are retrained so they still fit the data.
+        partitions are retrained so they still fit the data. With ``max_deltas``, also once folds
+        have left more delta indices than that (maintenance and the server's folds ask; a plain
+        index run does not, so it never pays for a retrain it did not cause).
         """
         table = self.open()
         if table is None or "vector" not in table.schema.names:
@@ -481,7 +486,7 @@ class VectorStore:
             # Each optimize that folds new rows in adds a delta index, and every query searches
             # each delta (at 100k chunks, three folds left four: hybrid CPU 29.6 -> 39.1 ms).
             deltas = int(getattr(stats, "num_indices", 1) or 1)
-            if deltas <= ANN_MAX_DELTAS and (unindexed <= max(indexed // 5, 0) or unindexed < 1000):
+            if (max_deltas is None or deltas <= max_deltas) and (unindexed <= max(indexed // 5, 0) or unindexed < 1000):
                 return {"ann": "current", "unindexed_rows": unindexed, "ann_deltas": deltas}
         started = time.perf_counter()
 
@@ -532,7 +537,7 @@ class VectorStore:
         _with_conflict_retry(table, lambda: table.optimize(cleanup_older_than=keep_versions_for), f"maintenance of {self.table_name}")
         out: dict = {}
         if ann is not None:
-            out = self.ensure_ann(ann)
+            out = self.ensure_ann(ann, max_deltas=ANN_MAX_DELTAS)
             recall = self.ann_recall(ann)
             if recall is not None:
                 out["ann_recall_at_10"] = recall

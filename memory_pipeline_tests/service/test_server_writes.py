@@ -64,7 +64,7 @@ def test_rows_written_through_the_server_are_folded_into_the_indices_once_writes
             time.sleep(0.5)
         assert set(_unindexed(srv.data_dir).values()) == {0}, _unindexed(srv.data_dir)
         fold = srv.http.get("/api/memory/status").json()["last_fold"]
-        assert fold["fold"] == "optimized" and fold["unindexed_rows"] >= 4, fold
+        assert fold["fold"] == "optimized", fold  # once or more: writes seconds apart may fold in between
         found = srv.http.post("/api/memory/search", json={"query": "Terschelling ferry nine"}).json()["results"]
         assert found and found[0]["path"].endswith("ferries.md")
         pier = srv.http.post("/api/memory/search", json={"query": "tide pier 2", "mode": "fts"}).json()["results"]
@@ -81,7 +81,11 @@ def test_errors_from_the_index_worker_keep_their_type_field_and_hint():
     assert type(err) is ConfigError and str(err) == "sources[0].path: not a folder" and err.key == "sources" and err.hint == "fix the path"
     assert type(_rebuilt(_described(StoreError("table busy")))) is StoreError
     other = _rebuilt(_described(ZeroDivisionError("division by zero")))
-    assert type(other).__name__ == "MemoryPipelineError" and "ZeroDivisionError: division by zero" in str(other)
+    assert type(other).__name__ == "IndexWorkerError" and "ZeroDivisionError: division by zero" in str(other)
+
+    from memory_pipeline.service.app import _status_of
+
+    assert _status_of(other) == 500 and _status_of(_rebuilt(_described(StoreError("x")))) == 503
 
 
 def test_a_killed_index_worker_is_replaced_by_the_next_write(tmp_path: Path):
