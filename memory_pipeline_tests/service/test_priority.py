@@ -97,8 +97,24 @@ def _folder(root: Path, **config) -> Path:
     return write_config(root / "memory_pipeline.yaml", **config)
 
 
-@pytest.mark.parametrize("case", ["no server", "stale record", "setting off"])
-def test_without_a_live_server_the_run_keeps_its_priority(tmp_path, case):
+# Asks ``yield_to_server`` in a new process (a nice value cannot be lowered again): prints the
+# nice values of the process's threads before and after.
+ASK = r"""
+import json, os, sys, threading
+from memory_pipeline.priority import yield_to_server
+from memory_pipeline.settings import load_settings
+settings = load_settings(sys.argv[1])
+stop = threading.Event()
+threading.Thread(target=stop.wait, daemon=True).start()  # a thread that exists before the call
+nices = lambda: sorted({os.getpriority(os.PRIO_PROCESS, int(t)) for t in os.listdir("/proc/self/task")})
+before = nices()
+got = yield_to_server(settings)
+print(json.dumps({"before": before, "after": nices(), "returned": got}))
+"""
+
+
+@pytest.mark.parametrize("case", ["no server", "stale record", "setting off", "live server"])
+def test_only_a_live_server_lowers_the_priority(tmp_path, case):
     config = _folder(tmp_path, **({"service": {"index_nice": 0}} if case == "setting off" else {}))
     data = tmp_path / "index"
     data.mkdir(exist_ok=True)
@@ -111,12 +127,17 @@ def test_without_a_live_server_the_run_keeps_its_priority(tmp_path, case):
             sleeper.wait()
         (data / "server.json").write_text(json.dumps({"url": "http://127.0.0.1:9", "pid": pid, "token_required": False, "config": str(config)}))
     try:
-        got = index_in_new_process(config, "runner", "ferry.md")
+        done = subprocess.run([sys.executable, "-c", ASK, str(config)], cwd=tmp_path, env=cli_env(), capture_output=True, text=True, timeout=120)
     finally:
         if sleeper is not None and sleeper.poll() is None:
             sleeper.kill()
             sleeper.wait()
-    assert set(got["threads"].values()) == {got["before"]}, got
+    assert done.returncode == 0, done.stderr[-2000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    if case == "live server":
+        assert got["returned"] == 10 and got["after"] == [max(got["before"][0], 10)], got
+    else:
+        assert got["returned"] is None and got["after"] == got["before"], got
 
 
 def test_the_nice_value_is_a_bounded_setting(tmp_path):

@@ -47,30 +47,34 @@ def _unindexed(data_dir: Path) -> dict[str, int]:
     return {i.name: table.index_stats(i.name).num_unindexed_rows for i in table.list_indices()}
 
 
-def test_rows_written_through_the_server_are_folded_into_the_indices_once_writes_settle(tmp_path: Path):
-    srv = Server(make_memory(tmp_path))
-    try:
-        assert set(_unindexed(srv.data_dir).values()) == {0}  # `memory index` left everything indexed
-        for k in range(3):  # a burst of writes: folded once, after the last
-            resp = srv.http.post(
-                "/api/agentos/rag/multimodal/documents/ingest",
-                files={"document": (f"tide-{k}.txt", f"High tide at pier {k} is at 14:0{k}.\n".encode(), "text/plain")},
-            )
-            assert resp.status_code == 200, resp.text
-        note = srv.http.post("/api/memory/notes", json={"text": "The Terschelling ferry sails at nine.", "path": "ferries.md"})
-        assert note.status_code == 200, note.text
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and set(_unindexed(srv.data_dir).values()) != {0}:
-            time.sleep(0.5)
-        assert set(_unindexed(srv.data_dir).values()) == {0}, _unindexed(srv.data_dir)
-        fold = srv.http.get("/api/memory/status").json()["last_fold"]
-        assert fold["fold"] == "optimized", fold  # once or more: writes seconds apart may fold in between
-        found = srv.http.post("/api/memory/search", json={"query": "Terschelling ferry nine"}).json()["results"]
-        assert found and found[0]["path"].endswith("ferries.md")
-        pier = srv.http.post("/api/memory/search", json={"query": "tide pier 2", "mode": "fts"}).json()["results"]
-        assert any("pier 2" in r["snippet"] for r in pier), pier
-    finally:
-        srv.stop()
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    srv = Server(make_memory(tmp_path_factory.mktemp("writes")))
+    yield srv
+    srv.stop()
+
+
+def test_rows_written_through_the_server_are_folded_into_the_indices_once_writes_settle(served):
+    srv = served
+    assert set(_unindexed(srv.data_dir).values()) == {0}  # `memory index` left everything indexed
+    for k in range(3):  # a burst of writes (folded once it settles, or in between when they come seconds apart)
+        resp = srv.http.post(
+            "/api/agentos/rag/multimodal/documents/ingest",
+            files={"document": (f"tide-{k}.txt", f"High tide at pier {k} is at 14:0{k}.\n".encode(), "text/plain")},
+        )
+        assert resp.status_code == 200, resp.text
+    note = srv.http.post("/api/memory/notes", json={"text": "The Terschelling ferry sails at nine.", "path": "ferries.md"})
+    assert note.status_code == 200, note.text
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and set(_unindexed(srv.data_dir).values()) != {0}:
+        time.sleep(0.5)
+    assert set(_unindexed(srv.data_dir).values()) == {0}, _unindexed(srv.data_dir)
+    fold = srv.http.get("/api/memory/status").json()["last_fold"]
+    assert fold["fold"] == "optimized", fold  # once or more: writes seconds apart may fold in between
+    found = srv.http.post("/api/memory/search", json={"query": "Terschelling ferry nine"}).json()["results"]
+    assert found and found[0]["path"].endswith("ferries.md")
+    pier = srv.http.post("/api/memory/search", json={"query": "tide pier 2", "mode": "fts"}).json()["results"]
+    assert any("pier 2" in r["snippet"] for r in pier), pier
 
 
 def test_errors_from_the_index_worker_keep_their_type_field_and_hint():
@@ -88,26 +92,22 @@ def test_errors_from_the_index_worker_keep_their_type_field_and_hint():
     assert _status_of(other) == 500 and _status_of(_rebuilt(_described(StoreError("x")))) == 503
 
 
-def test_a_killed_index_worker_is_replaced_by_the_next_write(tmp_path: Path):
+def test_a_killed_index_worker_is_replaced_by_the_next_write(served):
     import os
     import signal
 
-    srv = Server(make_memory(tmp_path))
-    try:
-        first = srv.http.post("/api/memory/notes", json={"text": "Buoy 7 was repainted red.", "path": "buoys.md"})
-        assert first.status_code == 200, first.text
-        pid = srv.http.get("/api/memory/status").json()["index_worker_pid"]
-        assert pid and pid != srv.proc.pid
-        assert os.getpriority(os.PRIO_PROCESS, pid) >= 10  # the server's background writer yields the CPU
-        os.kill(pid, signal.SIGKILL)
-        time.sleep(0.5)
-        second = srv.http.post("/api/memory/notes", json={"text": "Buoy 9 lost its light.", "path": "buoys.md"})
-        assert second.status_code == 200, second.text
-        assert second.json()["indexed"] is True
-        new_pid = srv.http.get("/api/memory/status").json()["index_worker_pid"]
-        assert new_pid and new_pid != pid
-        srv.settle()
-        found = srv.http.post("/api/memory/search", json={"query": "buoy lost its light"}).json()["results"]
-        assert found and found[0]["path"].endswith("buoys.md")
-    finally:
-        srv.stop()
+    srv = served
+    first = srv.http.post("/api/memory/notes", json={"text": "Buoy 7 was repainted red.", "path": "buoys.md"})
+    assert first.status_code == 200, first.text
+    pid = srv.http.get("/api/memory/status").json()["index_worker_pid"]
+    assert pid and pid != srv.proc.pid
+    assert os.getpriority(os.PRIO_PROCESS, pid) >= 10  # the server's background writer yields the CPU
+    os.kill(pid, signal.SIGKILL)
+    time.sleep(0.5)
+    second = srv.http.post("/api/memory/notes", json={"text": "Buoy 9 lost its light.", "path": "buoys.md"})
+    assert second.status_code == 200, second.text
+    assert second.json()["indexed"] is True
+    new_pid = srv.http.get("/api/memory/status").json()["index_worker_pid"]
+    assert new_pid and new_pid != pid
+    found = srv.http.post("/api/memory/search", json={"query": "buoy lost its light"}).json()["results"]
+    assert found and found[0]["path"].endswith("buoys.md")
