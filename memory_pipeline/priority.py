@@ -43,14 +43,15 @@ def yield_to_server(settings: Settings) -> int | None:
     if record is None or record.get("pid") == os.getpid():
         return None
     target = min(19, step)
-    raised = _raise_nice(target)
+    raised = raise_nice(target)
     if raised:
         log.info("a server is up for this data folder (pid %s): this run gives its searches the CPU first (nice %d)", record["pid"], target)
     return target
 
 
-def _raise_nice(target: int) -> int:
-    """Every thread of this process to nice ``target`` at least; how many were moved."""
+def raise_nice(target: int) -> int:
+    """Every thread of this process to nice ``target`` at least (threads it starts later inherit
+    it); how many were moved."""
     try:
         tids = [int(t) for t in os.listdir(_TASKS)]
     except OSError:
@@ -66,4 +67,4 @@ def _raise_nice(target: int) -> int:
     return moved
 
 
-__all__ = ["yield_to_server"]
+__all__ = ["yield_to_server", "raise_nice"]

@@ -345,15 +345,11 @@ class MemoryService:
 
     def fold_now(self) -> dict:
         """Fold new rows into the current table's indices now (under the write lock); what was done."""
-        from memory_pipeline import storage
-        from memory_pipeline.stores import generations
-        from memory_pipeline.stores.lance import VectorStore
+        from memory_pipeline.service.indexer import fold
 
         try:
-            if self._worker is not None:
-                done = self._worker.fold()  # at the worker's priority, off this process's interpreter lock
-            else:
-                done = VectorStore(storage.of(self.settings).lancedb_uri, generations.current(self.settings)[0]).fold_new_rows()
+            # In the worker: at its priority, off this process's interpreter lock.
+            done = self._worker.fold() if self._worker is not None else fold(self.settings)
             self.last_fold = done | {"at": time.time()}
         except Exception as err:  # noqa: BLE001 - searches still work (scanning); the next settle tries again
             log.warning("could not fold new rows into the indices: %s", err)

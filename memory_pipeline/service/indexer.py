@@ -179,7 +179,10 @@ def _rebuilt(payload: dict) -> BaseException:
     )
 
 
-def _fold(settings: Settings) -> dict:
+def fold(settings: Settings) -> dict:
+    """Fold new rows into the current table's indices (``VectorStore.fold_new_rows``), then train the
+    vector index again as one if folds left more than ANN_MAX_DELTAS deltas (tables up to
+    ANN_REBUILD_ROWS rows). Run by the worker, or in-process by a service without one."""
     from memory_pipeline import storage
     from memory_pipeline.stores import generations
     from memory_pipeline.stores.lance import ANN_MAX_DELTAS, ANN_REBUILD_ROWS, VectorStore
@@ -200,16 +203,13 @@ def _serve(settings: Settings, conn) -> None:
         pass
     import signal
 
+    from memory_pipeline.priority import raise_nice
     from memory_pipeline.runner import run_index
 
     # Ctrl-C in the server's terminal reaches this process too: the server stops it (close).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    step = settings.service.index_nice
-    if step > 0 and hasattr(os, "nice"):
-        try:
-            os.nice(max(0, step - os.nice(0)))  # the server's background writer: its searches come first
-        except OSError:
-            pass
+    if settings.service.index_nice > 0:
+        raise_nice(settings.service.index_nice)  # the server's background writer: its searches come first
     while True:
         try:
             kind, arg = conn.recv()
@@ -218,7 +218,7 @@ def _serve(settings: Settings, conn) -> None:
         if kind not in ("index", "fold"):
             return
         try:
-            answer = ("ok", run_index(settings, shards=arg, keep_model=True).as_dict() if kind == "index" else _fold(settings))
+            answer = ("ok", run_index(settings, shards=arg, keep_model=True).as_dict() if kind == "index" else fold(settings))
         except BaseException as err:  # noqa: BLE001 - every failure goes back to the server
             answer = ("error", _described(err))
         try:
@@ -227,4 +227,4 @@ def _serve(settings: Settings, conn) -> None:
             return
 
 
-__all__ = ["IndexWorker", "IndexWorkerError"]
+__all__ = ["IndexWorker", "IndexWorkerError", "fold"]
