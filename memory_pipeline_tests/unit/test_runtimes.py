@@ -220,3 +220,48 @@ def test_onnx_keeps_no_memory_plan_per_batch_shape(cache):
     session = provider._direct[0]
     assert isinstance(session, runtimes.OnnxSession)
     assert session._session.get_session_options().enable_mem_pattern is False
+
+
+def test_onnxruntime_runs_the_fused_graph_with_the_plain_graphs_vectors(cache):
+    import onnx
+
+    fused = runtimes.exported_model(_model_path(), "all-MiniLM-L6-v2", "none", fused=True)
+    plain = runtimes.exported_model(_model_path(), "all-MiniLM-L6-v2", "none")
+    assert fused.name == "model-fused.onnx" and plain.name == "model.onnx"
+    ops = {node.op_type for node in onnx.load(str(fused), load_external_data=False).graph.node}
+    assert {"Attention", "SkipLayerNormalization"} <= ops
+    provider = LocalProvider(runtime=Runtime("onnx"))
+    provider._load_direct()
+    assert isinstance(provider._direct[0], runtimes.OnnxSession)
+    with_fused = provider.embed_documents(TEXTS)
+    plain_provider = LocalProvider(runtime=Runtime("onnx"))
+    forward, tok = plain_provider._load_direct()
+    plain_provider._direct = (runtimes.OnnxSession(plain, "plain"), tok)
+    with_plain = plain_provider.embed_documents(TEXTS)
+    cos = (with_fused * with_plain).sum(1)
+    live = np.linalg.norm(with_plain, axis=1) > 0
+    assert np.all(cos[live] >= 0.9999)
+    # OpenVINO cannot run onnxruntime's fused operators: it keeps the plain graph.
+    assert runtimes.exported_model(_model_path(), "all-MiniLM-L6-v2", "none", fused=False) == plain
+
+
+def test_the_fusion_check_rejects_a_graph_whose_outputs_differ(cache):
+    plain = runtimes.exported_model(_model_path(), "all-MiniLM-L6-v2", "none")
+    int8 = runtimes.exported_model(_model_path(), "all-MiniLM-L6-v2", "int8")
+    assert runtimes._same_outputs(plain, plain, 30522)
+    assert not runtimes._same_outputs(plain, int8, 30522)
+
+
+def test_a_model_the_fusions_do_not_apply_to_keeps_the_plain_graph(cache, tmp_path, monkeypatch):
+    model = tmp_path / "model"
+    shutil.copytree(_model_path(), model)
+    monkeypatch.setattr(runtimes, "FUSABLE_MODEL_TYPES", ())
+    path = runtimes.exported_model(model, "copy", "none", fused=True)
+    assert path.name == "model.onnx" and (path.parent / "model-fused.unfusable").is_file()
+    assert runtimes.exported_model(model, "copy", "none", fused=True) == path  # decided once
+    LocalProvider(str(model), runtime=Runtime("onnx")).embed_documents(["still embeds"])
+    # A new export (the damaged file deleted, as the error tells) is judged again.
+    monkeypatch.undo()
+    path.unlink()
+    again = runtimes.exported_model(model, "copy", "none", fused=True)
+    assert again.name == "model-fused.onnx" and not (again.parent / "model-fused.unfusable").exists()
