@@ -41,6 +41,13 @@ compute_logs:
 run_retries:
   enabled: true
   max_retries: 2
+# Dagster's SQLite event log with one engine per database kept for the process (each event
+# otherwise builds an engine and compiles its SQL again); same files and schema as Dagster's.
+event_log_storage:
+  module: memory_pipeline.defs.dagster_storage
+  class: PooledSqliteEventLogStorage
+  config:
+    base_dir: {events_dir}
 """
 
 
@@ -48,9 +55,12 @@ def ensure_dagster_home(settings: Settings) -> Path:
     home = storage.of(settings).dagster_home
     home.mkdir(parents=True, exist_ok=True)
     cfg = home / "dagster.yaml"
+    # Where Dagster's default SQLite storage keeps the event logs (so an instance written by an
+    # older version keeps its history); JSON quoting is valid YAML for any path.
+    ours = DAGSTER_YAML.format(events_dir=json.dumps(str(home.resolve() / "history" / "runs")))
     # Ours is kept current; a file the user wrote is left alone.
-    if not cfg.is_file() or (cfg.read_text().startswith("# Written by memory_pipeline") and cfg.read_text() != DAGSTER_YAML):
-        cfg.write_text(DAGSTER_YAML)
+    if not cfg.is_file() or (cfg.read_text().startswith("# Written by memory_pipeline") and cfg.read_text() != ours):
+        cfg.write_text(ours)
     return home
 
 
