@@ -15,6 +15,8 @@ import lancedb
 import numpy as np
 import pytest
 
+from memory_pipeline.providers import runtimes
+from memory_pipeline.providers.local import default_model_path
 from memory_pipeline_tests.conftest import SAMPLE, TEXT_ONLY, write_config
 from memory_pipeline_tests.helpers import run_cli, run_json
 
@@ -30,13 +32,29 @@ def mem(tmp_path: Path) -> Path:
     return tmp_path
 
 
+@pytest.fixture(scope="module")
+def exported() -> Path:
+    """The shipped model's fp32 and fused exports, made once in the default cache (where every
+    other test's runs find them; the export itself is tested in unit/test_runtimes.py)."""
+    model_path = default_model_path()
+    assert model_path is not None
+    return runtimes.exported_model(model_path, "all-MiniLM-L6-v2", "none", fused=True).parent
+
+
+def seeded_cache(tmp_path: Path, exported: Path) -> dict:
+    """A private model cache holding a copy of the exports: this test's runs (and damage) stay in it."""
+    models = tmp_path / "models"
+    shutil.copytree(exported, models / exported.name, ignore=shutil.ignore_patterns(".lock", "model-*int8*"))
+    return {"MEMORY_PIPELINE_MODEL_CACHE": str(models)}
+
+
 def _vectors(root: Path, table: str) -> dict[str, np.ndarray]:
     rows = lancedb.connect(str(root / "index" / "lancedb")).open_table(table).to_arrow().select(["chunk_id", "vector"]).to_pylist()
     return {r["chunk_id"]: np.asarray(r["vector"], dtype=np.float32) for r in rows}
 
 
-def test_a_runtime_switch_builds_a_new_generation_and_search_follows_it(mem: Path, tmp_path: Path):
-    env = {"MEMORY_PIPELINE_MODEL_CACHE": str(tmp_path / "models")}
+def test_a_runtime_switch_builds_a_new_generation_and_search_follows_it(mem: Path, tmp_path: Path, exported: Path):
+    env = seeded_cache(tmp_path, exported)
     cfg = write_config(mem / "memory_pipeline.yaml", local={"runtime": "torch"})
     first = run_json("index", "--config", str(cfg), "--json", env=env)
     assert first["table"] == "memory_vectors" and first["chunks_embedded"] > 0
@@ -69,9 +87,9 @@ def test_a_runtime_switch_builds_a_new_generation_and_search_follows_it(mem: Pat
     assert third["chunks_embedded"] == 0
 
 
-def test_a_damaged_export_is_one_error_line(mem: Path, tmp_path: Path):
+def test_a_damaged_export_is_one_error_line(mem: Path, tmp_path: Path, exported: Path):
+    env = seeded_cache(tmp_path, exported)
     models = tmp_path / "models"
-    env = {"MEMORY_PIPELINE_MODEL_CACHE": str(models)}
     cfg = write_config(mem / "memory_pipeline.yaml", local={"runtime": "onnx"})
     run_json("index", "--config", str(cfg), "--json", env=env)
     damaged = sorted(models.rglob("*.onnx"))  # the plain export and the fused graph the session loads
