@@ -232,8 +232,11 @@ class LocalProvider:
         coverage that follow then run without its few hundred MB.
         """
         with self._lock:
+            loaded = self._direct is not None or self._st is not None
             self._direct = None
             self._st = None
+        if not loaded:  # nothing to hand back (a second release, or a run that embedded nothing)
+            return
         import gc
 
         gc.collect()
