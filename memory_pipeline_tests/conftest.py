@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from memory_pipeline.providers.local import _offline_env
+
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "data" / "sample"
 # The text part of the sample (its media are indexed by memory_pipeline_tests/multimodal).
@@ -17,6 +19,11 @@ TEXT_ONLY = shutil.ignore_patterns("media")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# The variables the local model sets in any process that loads it (HF_*, TRANSFORMERS_*), set
+# here before the fork server starts: otherwise the first test that loads the model in-process
+# adds them to this process's environment, every later `memory` call of the worker differs from
+# the fork server's in a variable read at import time, and each one starts a new interpreter.
+_offline_env()
 
 
 @pytest.fixture(autouse=True)

@@ -45,6 +45,20 @@ def test_a_variable_read_at_import_time_gets_a_new_interpreter():
     assert _ZYGOTE.accepts({**_ZYGOTE.env, "PYTHONPATH": "/elsewhere"})  # the child sets it (below)
 
 
+def test_loading_the_local_model_in_process_keeps_the_fork_server_usable():
+    """The local model sets HF_*/TRANSFORMERS_* variables in the process that loads it; the suite
+    sets them first (conftest), or every `memory` call after the first in-process load would start
+    a new interpreter."""
+    import os
+
+    from memory_pipeline.providers.local import _offline_env
+
+    before = dict(os.environ)
+    _offline_env()
+    assert dict(os.environ) == before
+    assert _ZYGOTE.accepts(dict(os.environ))
+
+
 def _probe(folder: Path, body: str) -> Path:
     """A module ``probe_zygote`` in ``folder`` that prints what it sees and exits 0."""
     folder.mkdir(exist_ok=True)
