@@ -6,6 +6,10 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
+from memory_pipeline.lazy_imports import defer_slow_packages  # noqa: E402 - before anything imports lancedb
+
+defer_slow_packages()
+
 if TYPE_CHECKING:
     from memory_pipeline.search import SearchResult
 
