@@ -155,7 +155,7 @@ class QueryConfig:
     min_score: Share = 0.5
     vector_weight: NonNegativeNumber = 0.5
     text_weight: NonNegativeNumber = 0.5
-    fusion: Fusion = "weighted"  # weighted (noisy-OR of calibrated scores) | rrf
+    fusion: Fusion = "weighted"  # weighted (each leg standardized over the query's candidates, then averaged) | rrf
     rrf_k: PositiveInt = 60
     candidate_multiplier: PositiveInt = 4  # each leg's candidate pool = max_results x this (at least 20)
     mmr: Bool = False  # diversity: maximal marginal relevance over the fused results
