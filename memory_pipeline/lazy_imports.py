@@ -11,16 +11,23 @@ submodules (``lance_namespace_urllib3_client.models…``, what lancedb imports) 
 through the package's ``__path__``, and the first look-up of anything else on the package itself
 (``from lance_namespace_urllib3_client import ApiClient``, ``pkg.__version__``) runs the real
 ``__init__`` then, in place, so nothing that uses it sees a difference but when the time is paid.
+A name that is a submodule (``from lance_namespace_urllib3_client import rest``, as the client's
+own modules write) imports just that submodule. The ``__init__`` runs under a lock (another thread
+waits for it rather than seeing it half-run), and one that fails leaves the package deferred, so
+the next look-up runs it again, as a failed import would.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import sys
+import threading
 import types
 
 # Looked up on modules by tooling (inspect, pickling, doctest) without meaning to use the package.
 _PROBES = frozenset({"__wrapped__", "__file__", "__cached__", "__builtins__", "__loader__", "__path__", "__spec__", "__package__", "__name__"})
+_LOCK = threading.RLock()  # one __init__ at a time; other threads wait for it rather than see it half-run
 
 
 class _Deferred(types.ModuleType):
@@ -29,11 +36,21 @@ class _Deferred(types.ModuleType):
     def __getattr__(self, name: str):
         if name in _PROBES:
             raise AttributeError(name)
-        spec = self.__spec__
-        object.__setattr__(self, "__class__", types.ModuleType)  # an ordinary module from here on, whatever the body does
-        assert spec is not None and spec.loader is not None
-        spec.loader.exec_module(self)
-        return getattr(self, name)
+        # A submodule (``from pkg import rest`` in the package's own modules, importlib's fromlist
+        # probe): import just it, as the import system would, and leave the __init__ alone.
+        if not name.startswith("__") and importlib.util.find_spec(f"{self.__name__}.{name}") is not None:
+            return importlib.import_module(f"{self.__name__}.{name}")
+        with _LOCK:
+            if type(self) is _Deferred and not self.__dict__.get("__deferred_running__"):
+                self.__dict__["__deferred_running__"] = True
+                try:
+                    spec = self.__spec__
+                    assert spec is not None and spec.loader is not None  # set by defer_package_init
+                    spec.loader.exec_module(self)
+                finally:  # on an error (or Ctrl-C) it stays deferred: the next look-up runs it again
+                    del self.__dict__["__deferred_running__"]
+                object.__setattr__(self, "__class__", types.ModuleType)
+        return types.ModuleType.__getattribute__(self, name)
 
 
 def defer_package_init(name: str) -> bool:

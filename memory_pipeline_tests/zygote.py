@@ -15,7 +15,8 @@ each child imports the code under test afresh.
 What a child shares with the server and a new interpreter would not: the packages imported
 below, with whatever they read from the environment at import time. ``helpers.run_cli``
 therefore starts a real new interpreter when a request changes such variables (``PYTHON*``,
-``HF_*``, ``TRANSFORMERS_*``, ``TORCH*``, ``OMP_*``, ``MKL_*``, ``TOKENIZERS_*``, ``OPENAI_LOG``) or when a
+``HF_*``, ``TRANSFORMERS_*``, ``TORCH*``, ``OMP_*``, ``MKL_*``, ``TOKENIZERS_*``, and those the
+preloaded SDKs read: ``OPENAI_LOG``, ``OPENAI_API_*``, ``FSSPEC_*``, ``NO_COLOR``, ``SSL_CERT_*``, …) or when a
 test asks for ``fresh=True`` (a test about start-up itself). ``PYTHONPATH`` is the exception:
 the child puts it on ``sys.path`` itself, and execs a new interpreter when it would shadow a
 module imported here (``_set_python_path``).
@@ -96,17 +97,41 @@ PRELOAD = (
 )
 # Environment variables that these packages (or the interpreter) read at start-up: a request
 # that changes one of them needs a new interpreter.
-IMPORT_TIME_PREFIXES = ("PYTHON", "HF_", "TRANSFORMERS_", "TORCH", "OMP_", "MKL_", "TOKENIZERS_", "SENTENCE_TRANSFORMERS", "OPENAI_LOG")
+IMPORT_TIME_PREFIXES = (
+    "PYTHON",
+    "HF_",
+    "TRANSFORMERS_",
+    "TORCH",
+    "OMP_",
+    "MKL_",
+    "TOKENIZERS_",
+    "SENTENCE_TRANSFORMERS",
+    "OPENAI_LOG",
+    "OPENAI_API_",
+    "AZURE_OPENAI_",
+    "FSSPEC_",
+    "NO_COLOR",
+    "FORCE_COLOR",
+    "WEBSOCKETS_",
+    "SSL_CERT_",
+)
 
 
 def _preload() -> None:
     import importlib
+    import logging
+    import warnings
 
+    shown = warnings.showwarning
     for name in PRELOAD:
         try:
             importlib.import_module(name)
         except ImportError:  # pragma: no cover - an optional package missing only costs time
             pass
+    if warnings.showwarning is not shown:
+        # detect-secrets turns on logging.captureWarnings at import; a new `memory` process has not
+        # imported it (it is loaded on first need), so its children would hide every warning.
+        logging.captureWarnings(False)
 
 
 def _drop_file_read_override() -> None:  # pragma: no cover - runs in the child

@@ -42,7 +42,9 @@ import bisect
 import functools
 import importlib
 import itertools
+import logging
 import re
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -189,7 +191,13 @@ def _plugin_instance(target: str) -> Any:
     # Imported on first need: detect-secrets pulls in `requests` (~0.7 s), which a
     # config load or a note without any candidate line should not pay for.
     module, cls = target.split(":")
-    return getattr(importlib.import_module(f"detect_secrets.plugins.{module}"), cls)()
+    shown = warnings.showwarning
+    plugin = getattr(importlib.import_module(f"detect_secrets.plugins.{module}"), cls)
+    if warnings.showwarning is not shown:
+        # detect-secrets' logger set-up calls logging.captureWarnings(True) at import: every later
+        # Python warning of the process would go to a logger without a handler, i.e. nowhere.
+        logging.captureWarnings(False)
+    return plugin()
 
 
 def _plugin_spans(plugin: _Plugin, window: str) -> Iterator[tuple[int, int, str]]:

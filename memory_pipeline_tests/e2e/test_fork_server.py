@@ -101,6 +101,17 @@ def test_pythonpath_shadowing_a_preloaded_module_gets_a_new_interpreter(tmp_path
     assert (forked.returncode, forked.stdout) == (0, "the shadowing yaml\n"), forked.stderr
 
 
+def test_a_warning_is_shown_as_in_a_new_interpreter(tmp_path: Path, zygote):
+    # A preloaded package (detect-secrets) turns on logging.captureWarnings at import: the fork
+    # server turns it off again, or its children would print no warning at all.
+    folder = _probe(tmp_path / "warn", "import warnings\nwarnings.warn('probe-warning-shown')\nprint('done')\n")
+    env = {**_ZYGOTE.env, "PYTHONPATH": str(folder)}
+    forked = _ZYGOTE.run("probe_zygote", [], env, str(tmp_path), 60)
+    fresh = subprocess.run([sys.executable, "-m", "probe_zygote"], env=env, cwd=tmp_path, capture_output=True, text=True)
+    assert forked.returncode == fresh.returncode == 0 and forked.stdout == fresh.stdout == "done\n"
+    assert "probe-warning-shown" in fresh.stderr and "probe-warning-shown" in forked.stderr, forked.stderr
+
+
 def test_timeout_kills_the_child(tmp_path: Path):
     (tmp_path / "mem").mkdir()
     config = write_config(tmp_path / "memory_pipeline.yaml", provider="none")
