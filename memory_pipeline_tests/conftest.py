@@ -26,6 +26,13 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 _offline_env()
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """The fork server starts from the environment as it is before any test patches it."""
+    from memory_pipeline_tests.helpers import _ZYGOTE
+
+    _ZYGOTE.baseline = dict(os.environ)
+
+
 @pytest.fixture(autouse=True)
 def _no_ambient_config(monkeypatch):
     monkeypatch.delenv("MEMORY_PIPELINE_CONFIG", raising=False)

@@ -132,6 +132,7 @@ class _ForkServer:
         self.proc: subprocess.Popen | None = None
         self.path = ""
         self.env: dict[str, str] = {}
+        self.baseline: dict[str, str] | None = None
         self.broken = False
 
     def accepts(self, env: dict) -> bool:
@@ -147,13 +148,19 @@ class _ForkServer:
         keys = {k for k in {*env, *self.env} if k.startswith(IMPORT_TIME_PREFIXES) and k != "PYTHONPATH"}
         return all(env.get(k) == self.env.get(k) for k in keys)
 
+    def start_env(self) -> dict[str, str]:
+        """The environment of the session, not of the test that happens to start the server: a
+        variable that test patched would otherwise differ from every later test's."""
+        base = os.environ if self.baseline is None else self.baseline
+        return {**base, "HF_HUB_OFFLINE": "1", "DAGSTER_DISABLE_TELEMETRY": "1"}
+
     def _start(self) -> None:
         import atexit
         import tempfile
 
         folder = tempfile.mkdtemp(prefix="memory-zygote-")
         self.path = os.path.join(folder, "socket")
-        self.env = {**os.environ, "HF_HUB_OFFLINE": "1", "DAGSTER_DISABLE_TELEMETRY": "1"}
+        self.env = self.start_env()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "memory_pipeline_tests.zygote", self.path],
             stdin=subprocess.DEVNULL,

@@ -107,8 +107,10 @@ IMPORT_TIME_PREFIXES = (
     "TOKENIZERS_",
     "SENTENCE_TRANSFORMERS",
     "OPENAI_LOG",
-    "OPENAI_API_",
-    "AZURE_OPENAI_",
+    # openai/__init__.py reads these three at import; OPENAI_API_KEY and the rest only in the client.
+    "OPENAI_API_TYPE",
+    "OPENAI_API_VERSION",
+    "AZURE_OPENAI_ENDPOINT",
     "FSSPEC_",
     "NO_COLOR",
     "FORCE_COLOR",

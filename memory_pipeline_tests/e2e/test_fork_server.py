@@ -59,6 +59,25 @@ def test_loading_the_local_model_in_process_keeps_the_fork_server_usable():
     assert _ZYGOTE.accepts(dict(os.environ))
 
 
+def test_the_server_starts_from_the_sessions_environment_not_a_patched_one(monkeypatch):
+    """Started lazily, by whichever test first runs `memory`: a variable that test patched must not
+    become the server's, or every later call of the worker would need a new interpreter."""
+    import os
+
+    monkeypatch.setenv("HF_HOME", "/patched/by/one/test")
+    server = type(_ZYGOTE)()
+    server.baseline = {k: v for k, v in os.environ.items() if k != "HF_HOME"}
+    assert "HF_HOME" not in server.start_env()
+    assert _ZYGOTE.baseline is not None  # conftest's pytest_sessionstart
+    assert _ZYGOTE.baseline.get("HF_HOME") != "/patched/by/one/test"
+
+
+def test_an_api_key_does_not_need_a_new_interpreter():
+    """openai reads OPENAI_API_TYPE/VERSION and AZURE_OPENAI_ENDPOINT at import, the key only in a client."""
+    assert _ZYGOTE.accepts({**_ZYGOTE.env, "OPENAI_API_KEY": "sk-test-not-read-at-import"})
+    assert not _ZYGOTE.accepts({**_ZYGOTE.env, "OPENAI_API_VERSION": "2024-01-01"})
+
+
 def _probe(folder: Path, body: str) -> Path:
     """A module ``probe_zygote`` in ``folder`` that prints what it sees and exits 0."""
     folder.mkdir(exist_ok=True)
