@@ -221,7 +221,8 @@ def _rank_docs(searcher, query: str, opts, path_to_id: dict[str, str]) -> list[s
     """Documents best first, each scored by its best chunk."""
     ranking: list[str] = []
     seen: set[str] = set()
-    for cand in searcher.ranked(query, opts, pool=DEPTH * searcher.settings.query.candidate_multiplier):
+    # Light: ranking reads the candidates' paths, never their text (as a search of DEPTH results would take).
+    for cand in searcher.ranked(query, opts, pool=DEPTH * searcher.settings.query.candidate_multiplier, light=True):
         doc = path_to_id.get(cand.row["path"])
         if doc is not None and doc not in seen:
             seen.add(doc)

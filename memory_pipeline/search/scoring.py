@@ -27,6 +27,7 @@ class Candidate:
     score: float = 0.0
     vector: np.ndarray | None = None
     st_chunk: float = 0.0  # the chunk's own full-text share (st is its document's)
+    pending_ids: tuple[str, ...] = ()  # the query's identifiers, not yet checked in the row's text (a light ranking)
 
 
 def haystack(row: dict) -> str:

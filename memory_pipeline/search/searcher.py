@@ -45,11 +45,17 @@ from memory_pipeline.stores.lance import DOC_FTS_COLUMN, FTS_COLUMN, VectorStore
 MODES = ("hybrid", "vector", "fts")
 log = logging.getLogger(__name__)
 MIN_POOL = 20
+# A light ranking (``ranked(light=True)``) takes the rank columns of the candidates and then the
+# whole rows of the results: one more round trip, worth it from about this many candidates on.
+LIGHT_MIN_ROWS = 100
 # A table whose vectors fit in this many bytes is searched exactly in memory (``FlatVectors``) by a
 # searcher that answers more than one query: 43k chunks of 384 dimensions, 10k of 1,536.
 FLAT_MAX_BYTES = 64 * 2**20
 _FLAT = "\0flat"  # on a row the in-memory vectors found: their version (the row ids are that version's)
 _IDS = ["chunk_id", "doc_id"]  # what a leg reads of a row before the rows kept are taken whole
+# What ranking reads of a row when nothing in the query needs its text (media notes, the order's
+# ties, recency): a light ranking takes these of every candidate and the rest of the results only.
+_RANK_COLUMNS = ["chunk_id", "doc_id", "source", "path", "line_start", "memory_type"]
 _COLUMNS = [
     "chunk_id", "doc_id", "source", "path", "locator", "line_start", "line_end", "heading", "text",
     "modality", "mime_type", "memory_type", "original_file_path", "created_at", "media_type",
@@ -151,15 +157,29 @@ class FlatVectors:
     matrix: np.ndarray
     row_ids: np.ndarray  # LanceDB's row ids (stable within a version): the rows are taken, not looked up
     doc_ids: list[str] = field(default_factory=list)  # each chunk's document (the full-text leg asks by document)
+    # The other ``_RANK_COLUMNS`` of every chunk: a light ranking reads them here, not from the table.
+    rank_columns: dict[str, list] = field(default_factory=dict)
 
     @classmethod
     def load(cls, table, version: int, dims: int) -> FlatVectors:
-        found = table.search().with_row_id(True).select(["chunk_id", "doc_id", "vector"]).limit(None).to_arrow()
+        extra = [c for c in _RANK_COLUMNS if c not in ("chunk_id", "doc_id")]
+        found = table.search().with_row_id(True).select(["chunk_id", "doc_id", "vector", *extra]).limit(None).to_arrow()
         ids = found.column("chunk_id").to_pylist()
         matrix = _matrix(found.column("vector"), dims)
         matrix.setflags(write=False)  # candidates hold rows of it: shared by every query
         docs = [d or c for d, c in zip(found.column("doc_id").to_pylist(), ids)]
-        return cls(version, ids, {c: i for i, c in enumerate(ids)}, matrix, found.column("_rowid").to_numpy(), docs)
+        ranks = {c: found.column(c).to_pylist() for c in extra}
+        return cls(version, ids, {c: i for i, c in enumerate(ids)}, matrix, found.column("_rowid").to_numpy(), docs, ranks)
+
+    def rank_row(self, chunk_id: str) -> dict | None:
+        """The chunk's ``_RANK_COLUMNS``, when they were loaded with the vectors."""
+        i = self.position.get(chunk_id)
+        if i is None or not self.rank_columns:
+            return None
+        row = {name: values[i] for name, values in self.rank_columns.items()}
+        row["chunk_id"] = chunk_id
+        row["doc_id"] = self.doc_ids[i]
+        return row
 
     def nearest(self, qvec: np.ndarray, k: int) -> list[tuple[int, float]]:
         """(position, cosine) of the ``k`` chunks nearest ``qvec``, nearest first."""
@@ -222,10 +242,26 @@ class MemorySearcher:
     def search(self, query: str, opts: QueryOptions) -> list[SearchResult]:
         """The best ``opts.max_results`` results of one query."""
         terms = parse_query(query).highlight_terms or query_terms(query)
-        return [self._result(c, terms) for c in self.ranked(query, opts)[: opts.max_results]]
+        ranked = self.ranked(query, opts, light=True)
+        shown: list[Candidate] = []
+        start = 0
+        while len(shown) < opts.max_results and start < len(ranked):
+            # A chunk gone from the table between the ranking and the take leaves a hole: the next ones fill it.
+            part = ranked[start : start + opts.max_results - len(shown)]
+            start += len(part)
+            shown += self.materialize(part)
+        return [self._result(c, terms) for c in shown]
 
-    def ranked(self, query: str, opts: QueryOptions, *, pool: int | None = None) -> list[Candidate]:
-        """Every candidate above ``min_score``, best first (MMR order when on)."""
+    def ranked(self, query: str, opts: QueryOptions, *, pool: int | None = None, light: bool = False) -> list[Candidate]:
+        """Every candidate above ``min_score``, best first (MMR order when on).
+
+        ``light``: when nothing of this query needs a candidate's text to rank or keep it, the
+        candidates carry ``_RANK_COLUMNS`` only and their relevance still lacks the identifier
+        factor (``Candidate.pending_ids``): ``materialize`` completes the ones shown. (Weighted
+        and RRF fusion order by the legs' scores; the identifier factor only moves relevance, so
+        it is read before the cut only when ``min_score`` drops candidates by relevance.) Taking
+        every candidate's text cost a SciFact query at ``memory eval``'s depth (about a thousand
+        candidates) a third of its time."""
         if opts.mode not in MODES:
             raise ConfigError(f"mode must be one of {', '.join(MODES)}, got {opts.mode!r}", key="mode")
         if opts.fusion not in FUSIONS:
@@ -245,6 +281,9 @@ class MemorySearcher:
         parsed = parse_query(query)
         if query and not parsed.clauses and native is None:
             return []  # punctuation, operators or quotes alone: nothing to look for
+        # The table version this query runs on, read once: with a read consistency interval of 0
+        # each read of the handle's version looks for a newer manifest (about 1.5 ms each).
+        layout = self._table_layout()
         where = opts.filters.where()
         # Chunk vectors are needed to score FTS hits against the query (hybrid) and for MMR.
         want_vectors = self.provider is not None and (mode == "hybrid" or opts.mmr)
@@ -252,8 +291,8 @@ class MemorySearcher:
         # leg searched (torch and LanceDB release the GIL): hybrid costs the slower leg, not both.
         # Both legs read ids and scores only where they can; the rows kept are taken afterwards
         # in one round trip by row id (``_full_rows``).
-        doc_query = self._doc_query(parsed) if mode in ("hybrid", "fts") else None
-        fts_future = self._executor().submit(self._fts, parsed, where, pool, query=doc_query) if mode in ("hybrid", "fts") else None
+        doc_query = self._doc_query(parsed, layout) if mode in ("hybrid", "fts") else None
+        fts_future = self._executor().submit(self._fts, parsed, where, pool, layout, query=doc_query) if mode in ("hybrid", "fts") else None
         qvec = native
         vector_text = parsed.vector_text
         if qvec is None and self.provider is not None and mode != "fts" and vector_text:
@@ -272,7 +311,7 @@ class MemorySearcher:
         sums: Future | None = None
         asked: list[str] = []
         if mode in ("hybrid", "vector") and qvec is not None:
-            rows, vecs = self._vector_rows(qvec, where, parsed, pool, with_vectors=opts.mmr)
+            rows, vecs = self._vector_rows(qvec, where, parsed, pool, layout, with_vectors=opts.mmr)
             for row, vec in zip(rows, vecs):
                 candidates[row["chunk_id"]] = Candidate(row, sv=max(0.0, 1.0 - float(row["_distance"])), vector=vec)
             if doc_query is not None and doc_query.terms and rows:  # a document query: the table has document texts
@@ -298,11 +337,23 @@ class MemorySearcher:
         fts_only = [cid for cid in leg.rows if cid not in candidates] if leg is not None else []
         for cid in fts_only:
             candidates[cid] = Candidate(leg.rows[cid])  # pyright: ignore[reportOptionalMemberAccess] - fts_only is empty without a leg
-        # The kept rows whole, and the vectors of the chunks only full text found (hybrid scores
-        # them by their vector too), in one take.
-        vectors = self._full_rows(candidates, fts_only if want_vectors else [])
+        id_terms = identifier_terms(vector_text) if mode != "fts" else []
+        # Text is read to rank: a leg scored per chunk estimates the vector hits' text scores from
+        # it, MMR may compare texts, and abstention reads relevance with its identifier factor.
+        needs_text = not light or opts.mmr or (leg is not None and not leg.doc_level) or bool(id_terms and opts.min_score > 0)
+        # The kept rows (whole, or what ranking reads), and the vectors of the chunks only full
+        # text found (hybrid scores them by their vector too), in one take. Ranking reads the rank
+        # columns alone when the in-memory vectors hold them (no take at all) or when there are
+        # more rows to take than a second take of the results' whole rows costs.
+        columns = _COLUMNS
+        if not needs_text:
+            flat = self._flat
+            served = flat is not None and flat.version == layout[0] and bool(flat.rank_columns)
+            if served or sum(1 for c in candidates.values() if "text" not in c.row) > LIGHT_MIN_ROWS:
+                columns = _RANK_COLUMNS
+        vectors = self._full_rows(candidates, fts_only if want_vectors else [], layout[0], columns)
         if want_vectors and (lacking := [cid for cid in fts_only if cid not in vectors]):
-            vectors.update(self._vectors_of(lacking))
+            vectors.update(self._vectors_of(lacking, layout[0]))
         if vectors and qvec is not None:  # the query's similarity to all of them in one product
             ids = list(vectors)
             sims = np.stack([vectors[c] for c in ids]) @ qvec
@@ -332,7 +383,7 @@ class MemorySearcher:
             return []
 
         cands = list(candidates.values())
-        self._score(cands, mode, opts, identifier_terms(vector_text))
+        self._score(cands, mode, opts, id_terms, with_ids="text" in columns)
         cands = abstain(cands, opts.min_score)
         cands = _without_media_notes(cands)
         cands.sort(key=lambda c: (-c.score, -c.st_chunk, -c.sv, c.row["path"], c.row["line_start"]))
@@ -341,7 +392,7 @@ class MemorySearcher:
         return cands
 
     def _vector_rows(
-        self, qvec: np.ndarray, where: str | None, parsed: ParsedQuery, pool: int, *, with_vectors: bool = True
+        self, qvec: np.ndarray, where: str | None, parsed: ParsedQuery, pool: int, layout: tuple[int, int, int], *, with_vectors: bool = True
     ) -> tuple[list[dict], Sequence[np.ndarray | None]]:
         """The vector leg: nearest chunks, within the filters and the query's required/excluded
         clauses; their vectors too when ``with_vectors`` (MMR compares them), else None each."""
@@ -350,7 +401,7 @@ class MemorySearcher:
 
         table = self.table
         assert table is not None  # ranked() returns early without a table
-        flat = self._flat_vectors() if full_where is None else None
+        flat = self._flat_vectors(layout) if full_where is None else None
         if flat is not None and (got := self._flat_rows(flat, qvec, pool)) is not None:
             return got
 
@@ -376,7 +427,7 @@ class MemorySearcher:
         keep = [i for i, r in enumerate(rows) if parsed.accepts(haystack(r))]
         return [rows[i] for i in keep], [vecs[i] for i in keep]
 
-    def _flat_vectors(self) -> FlatVectors | None:
+    def _flat_vectors(self, layout: tuple[int, int, int]) -> FlatVectors | None:
         """The table's vectors in memory, for a table that fits ``FLAT_MAX_BYTES``, from the second
         query asked of a table version on (a one-query searcher, the CLI's, does not read them all).
 
@@ -385,7 +436,7 @@ class MemorySearcher:
         ones, keeps only vectors read at one version from start to end, and after a failed read
         or take does not try that version again."""
         assert self.table is not None
-        version, rows, _ = self._table_layout()
+        version, rows, _ = layout
         flat = self._flat
         if flat is not None and flat.version == version:
             return flat
@@ -448,12 +499,12 @@ class MemorySearcher:
             self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="memory-fts")
         return self._pool
 
-    def _vectors_of(self, chunk_ids: list[str]) -> dict[str, np.ndarray]:
+    def _vectors_of(self, chunk_ids: list[str], version: int) -> dict[str, np.ndarray]:
         """The stored vectors of these chunks, in one query (the full-text leg reads no vectors:
         one BM25 query per word would fetch each row's vector again for every word)."""
         assert self.table is not None
         flat = self._flat
-        if flat is not None and flat.version == self._table_layout()[0]:
+        if flat is not None and flat.version == version:
             got = {c: v for c in chunk_ids if (v := flat.vector(c)) is not None}
             if len(got) == len(chunk_ids):
                 return got
@@ -461,25 +512,36 @@ class MemorySearcher:
         found = self.table.search().where(f"chunk_id IN ({ids})").select(["chunk_id", "vector"]).limit(len(chunk_ids)).to_arrow()
         return dict(zip(found.column("chunk_id").to_pylist(), _matrix(found.column("vector"), self.dims)))
 
-    def _full_rows(self, candidates: dict[str, Candidate], vector_ids: Sequence[str]) -> dict[str, np.ndarray]:
-        """Candidates read as ids and scores get their whole rows, taken by row id in one round
-        trip; with them the vectors of ``vector_ids`` (from the in-memory vectors when they are
-        this version's). Row ids are a table version's: a row taken under another chunk id (the
-        handle moved on, the table compacted) is looked up by chunk id instead, and a candidate
-        whose chunk is gone from the table is dropped."""
+    def _full_rows(
+        self, candidates: dict[str, Candidate], vector_ids: Sequence[str], version: int, columns: Sequence[str] = tuple(_COLUMNS)
+    ) -> dict[str, np.ndarray]:
+        """Candidates read as ids and scores get ``columns`` of their rows (whole rows by default,
+        ``_RANK_COLUMNS`` for ranking alone), taken by row id in one round trip; with them the
+        vectors of ``vector_ids`` (from the in-memory vectors when they are this ``version``'s).
+        Row ids are a table version's: a row taken under another chunk id (the handle moved on,
+        the table compacted) is looked up by chunk id instead, and a candidate whose chunk is gone
+        from the table is dropped."""
         assert self.table is not None
-        light = [cid for cid, c in candidates.items() if "text" not in c.row]
+        marker = "text" if "text" in columns else "path"  # a row read with ``columns`` has this
+        light = [cid for cid, c in candidates.items() if marker not in c.row]
         flat = self._flat
-        if flat is None or flat.version != self._table_layout()[0]:
+        if flat is None or flat.version != version:
             flat = None
         wanted = set(vector_ids)
         vectors: dict[str, np.ndarray] = {}
         if flat is not None:
             vectors = {cid: v for cid in wanted if (v := flat.vector(cid)) is not None}
+            if marker == "path":  # a light ranking: this version's rank columns are in memory
+                for cid in light:
+                    if (row := flat.rank_row(cid)) is not None:
+                        old = candidates[cid].row
+                        row.update((k, old[k]) for k in ("_rowid", _FLAT) if k in old)
+                        candidates[cid].row = row
+                light = [cid for cid in light if marker not in candidates[cid].row]
         if not light:
             return vectors
         with_vec = bool(wanted - vectors.keys())
-        columns = _COLUMNS + (["vector"] if with_vec else [])
+        columns = list(columns) + (["vector"] if with_vec else [])
         got: dict[str, dict] = {}
         taken = [cid for cid in light if candidates[cid].row.get("_rowid") is not None]
         if taken:
@@ -513,8 +575,26 @@ class MemorySearcher:
             vec = row.pop("vector", None)
             if cid in wanted and vec is not None and cid not in vectors:
                 vectors[cid] = vec
+            old = candidates[cid].row
+            for key in ("_rowid", _FLAT):  # how the row was found: a later take of more columns reads it
+                if key in old:
+                    row[key] = old[key]
             candidates[cid].row = row
         return vectors
+
+    def materialize(self, cands: list[Candidate]) -> list[Candidate]:
+        """Candidates ranked on ``_RANK_COLUMNS`` (``ranked(..., light=True)``) with their whole
+        rows, taken in one round trip, and their relevance's identifier factor (it reads the
+        text); a candidate whose chunk has left the table since is dropped."""
+        byid = {c.row["chunk_id"]: c for c in cands}
+        if self.table is not None and any("text" not in c.row for c in cands):
+            self._full_rows(byid, [], -1)
+        kept = [c for c in cands if c.row["chunk_id"] in byid]
+        for c in kept:
+            if c.pending_ids:
+                c.relevance *= identifier_factor(list(c.pending_ids), haystack(c.row))
+                c.pending_ids = ()
+        return kept
 
     def _table_layout(self) -> tuple[int, int, int]:
         """(table version, rows, documents scored by their whole text): the last is 0 unless every
@@ -534,15 +614,15 @@ class MemorySearcher:
             layout = self._layout = (version, rows, docs)
         return layout
 
-    def _doc_query(self, parsed: ParsedQuery) -> DocQuery | None:
+    def _doc_query(self, parsed: ParsedQuery, layout: tuple[int, int, int]) -> DocQuery | None:
         """The query's terms for the document-level full-text leg, on a table that has one."""
-        if self.table is None or not self._table_layout()[2] or not (parsed.words or parsed.phrases):
+        if self.table is None or not layout[2] or not (parsed.words or parsed.phrases):
             return None
         return DocQuery.of(self.table, parsed, column=FTS_COLUMN, doc_column=DOC_FTS_COLUMN)
 
-    def _fts(self, parsed: ParsedQuery, where: str | None, pool: int, *, query: DocQuery | None = None) -> TextLeg:
+    def _fts(self, parsed: ParsedQuery, where: str | None, pool: int, layout: tuple[int, int, int], *, query: DocQuery | None = None) -> TextLeg:
         assert self.table is not None  # ranked() returns early without a table
-        version, rows, docs = self._table_layout()
+        version, rows, docs = layout
         if docs and (parsed.words or parsed.phrases):
             # Ids and scores only, unless the query's clauses are checked on the text there;
             # ``text_leg`` reads whole rows (it folds their text for its truncated lists).
@@ -556,12 +636,16 @@ class MemorySearcher:
             folded_text=haystack, total_rows=rows,
         )  # fmt: skip
 
-    def _score(self, cands: list[Candidate], mode: str, opts: QueryOptions, ids: list[str]) -> None:
+    def _score(self, cands: list[Candidate], mode: str, opts: QueryOptions, ids: list[str], *, with_ids: bool = True) -> None:
+        """Relevance, the fused score and recency; ``with_ids`` False leaves the identifier factor
+        to ``materialize`` (the rows have no text yet)."""
         q = self.settings.query
+        pending = tuple(ids) if not with_ids else ()
         for c in cands:
             c.relevance = relevance(c.sv, c.st, mode, q.vector_weight, q.text_weight)
-            if ids and mode != "fts":
+            if ids and with_ids:
                 c.relevance *= identifier_factor(ids, haystack(c.row))
+            c.pending_ids = pending
         # One leg alone has nothing to fuse: its order is its relevance.
         fusion = fusion_for(opts.fusion if mode == "hybrid" else "weighted", q)
         for c, score in zip(cands, fusion.scores(cands)):

@@ -243,3 +243,78 @@ def test_storage_failing_every_read_of_the_rows_is_a_store_error(indexed, monkey
     with pytest.raises(StoreError, match="rows could not be read"):
         searcher.search("payment retries", opts)
     assert refused
+
+
+@pytest.mark.parametrize("in_memory", [True, False])
+@pytest.mark.parametrize("min_score", [0.0, 0.3])
+def test_a_light_ranking_shows_what_ranking_whole_rows_shows(indexed, monkeypatch, in_memory: bool, min_score: float):
+    """``search`` ranks on a few columns (from the in-memory vectors, or one take when the pool is
+    large) and takes the results' whole rows afterwards: the same results, scores and
+    relevances as ranking whole rows, identifiers ('shelf 12 bin 3') included, at a pool under
+    ``LIGHT_MIN_ROWS`` and one over it; no take reads the text of more rows than are shown."""
+    from memory_pipeline.search import lanceaio
+    from memory_pipeline.search.folding import query_terms
+    from memory_pipeline.search.syntax import parse_query
+
+    if not in_memory:
+        monkeypatch.setattr(searcher_mod, "FLAT_MAX_BYTES", 0)
+    searcher = MemorySearcher(indexed)
+    takes: list[tuple[int, bool]] = []
+    real_run = lanceaio.run
+
+    def counting_run(table, queries):
+        takes.extend((len(q.row_ids), "text" in q.columns) for q in queries if isinstance(q, lanceaio.Take))
+        return real_run(table, queries)
+
+    monkeypatch.setattr(lanceaio, "run", counting_run)
+    for max_results in (3, 40):  # pools of 20 and 160 candidates a leg
+        opts = searcher.options(mode="hybrid", min_score=min_score, max_results=max_results)
+        for q in QUERIES:
+            searcher.search(q, opts)  # from the second query on, the vectors are in memory
+        assert (searcher._flat is not None) == in_memory
+        for q in QUERIES:
+            takes.clear()
+            shown = [r.to_json() for r in searcher.search(q, opts)]
+            light_takes = list(takes)
+            terms = parse_query(q).highlight_terms or query_terms(q)
+            whole = [searcher._result(c, terms).to_json() for c in searcher.ranked(q, opts)[:max_results]]
+            assert shown == whole, q
+            text_rows = [n for n, text in light_takes if text]
+            if min_score > 0 and "12" in q:
+                continue  # abstention reads relevance, whose identifier factor reads every candidate's text
+            # A small pool without the in-memory rank columns is taken whole at once (one round trip).
+            assert all(n <= (max_results if in_memory or max_results == 40 else searcher_mod.LIGHT_MIN_ROWS) for n in text_rows), (q, light_takes)
+            assert in_memory or max_results == 3 or any(not text for _, text in light_takes), (q, light_takes)
+
+
+def test_a_result_deleted_between_ranking_and_showing_gives_its_place_to_the_next(indexed, tmp_path):
+    """A chunk deleted by another process after the ranking, before its row is taken: it is not
+    shown, and the next candidate fills the list (no error, no short answer)."""
+    import shutil
+
+    import lancedb
+
+    root = tmp_path / "copy"
+    shutil.copytree(Path(indexed.sources[0].path).parent, root)
+    settings = load_settings(str(root / "memory_pipeline.yaml"))
+    searcher = MemorySearcher(settings)
+    opts = searcher.options(mode="hybrid", min_score=0.0, max_results=3)
+    searcher.search("payment retries", opts)
+    want = searcher.search("payment retries", opts)  # ranked on the in-memory rank columns
+    assert searcher._flat is not None and searcher.table is not None and len(want) == 3
+    wider = searcher.search("payment retries", searcher.options(mode="hybrid", min_score=0.0, max_results=4))
+    real = searcher.materialize
+    deleted: list[str] = []
+
+    def deleting(cands):
+        if not deleted:
+            other = lancedb.connect(settings.lancedb_uri).open_table(searcher.store.table_name)
+            other.delete(f"chunk_id = '{want[0].chunk_id}'")
+            searcher.table.checkout_latest()
+            deleted.append(want[0].chunk_id)
+        return real(cands)
+
+    searcher.materialize = deleting  # pyright: ignore[reportAttributeAccessIssue]
+    got = searcher.search("payment retries", opts)
+    assert deleted
+    assert [r.chunk_id for r in got] == [r.chunk_id for r in wider[1:4]]

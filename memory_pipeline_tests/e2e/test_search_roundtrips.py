@@ -128,7 +128,7 @@ def test_hybrid_reads_ids_takes_the_kept_rows_once_and_measures_vector_hits_mean
     assert searcher._table_layout()[2]  # every document has its document text
     lookups: list[int] = []
     real_vectors_of = MemorySearcher._vectors_of
-    monkeypatch.setattr(MemorySearcher, "_vectors_of", lambda self, ids: lookups.append(len(ids)) or real_vectors_of(self, ids))
+    monkeypatch.setattr(MemorySearcher, "_vectors_of", lambda self, ids, version: lookups.append(len(ids)) or real_vectors_of(self, ids, version))
     takes: list[int] = []
     real_run = lanceaio.run
 
@@ -160,9 +160,9 @@ def test_hybrid_reads_ids_takes_the_kept_rows_once_and_measures_vector_hits_mean
     # The other way: whole rows from the legs, no document query shared with the leg (so no
     # early scores), the full-text-only chunks' vectors looked up by chunk id.
     monkeypatch.setattr(searcher_mod, "_IDS", list(searcher_mod._COLUMNS))
-    monkeypatch.setattr(MemorySearcher, "_doc_query", lambda self, parsed: None)
+    monkeypatch.setattr(MemorySearcher, "_doc_query", lambda self, parsed, layout: None)
     real_full_rows = MemorySearcher._full_rows
-    monkeypatch.setattr(MemorySearcher, "_full_rows", lambda self, cands, ids: real_full_rows(self, cands, []))
+    monkeypatch.setattr(MemorySearcher, "_full_rows", lambda self, cands, ids, *args: real_full_rows(self, cands, [], *args))
     takes.clear()
     other = MemorySearcher(indexed)
     for mode in ("hybrid", "fts", "vector"):
