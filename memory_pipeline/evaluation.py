@@ -36,6 +36,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 import shutil
 import tempfile
 import time
@@ -47,7 +48,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from memory_pipeline.errors import ConfigError
+from memory_pipeline.errors import ConfigError, StoreError
 from memory_pipeline.settings import Settings, load_settings
 
 EVAL_MODES = ("hybrid", "vector", "fts", "lancedb-rrf")
@@ -189,6 +190,9 @@ def _eval_config(settings: Settings, workdir: Path) -> Path:
     return path
 
 
+_DOC_FILE = re.compile(r"d\d{7}\.txt")
+
+
 def _doc_file(i: int) -> str:
     # A neutral name: the file name is indexed for full-text search, the corpus id must not be.
     return f"d{i:07d}.txt"
@@ -209,6 +213,11 @@ def index_corpus(settings: Settings, beir: BeirSet, workdir: Path) -> tuple[Sett
         target = docs_dir / name
         if not target.is_file() or target.read_text(encoding="utf-8") != body + "\n":
             target.write_text(body + "\n", encoding="utf-8")
+    # A kept folder of a larger corpus: its extra documents would be indexed and ranked too. Only
+    # files this function names are removed (a --keep folder may hold anything else).
+    for stale in docs_dir.glob("d*.txt"):
+        if stale.name not in path_to_id and _DOC_FILE.fullmatch(stale.name) and stale.is_file():
+            stale.unlink()
     eval_settings = load_settings(_eval_config(settings, workdir))
     summary = run_index(eval_settings)
     return eval_settings, path_to_id, summary
@@ -359,6 +368,12 @@ def run_eval(
         say(f"indexing {len(beir.corpus)} documents into {workdir} …")
         started = time.perf_counter()
         eval_settings, path_to_id, summary = index_corpus(settings, beir, workdir)
+        if not summary.get("table_rows") and any(t.strip() or x.strip() for t, x in beir.corpus.values()):
+            # Every metric would be 0: say why instead of reporting it as a result.
+            first = (summary.get("errors") or [{}])[0]
+            raise StoreError(
+                f"none of the corpus's {len(beir.corpus)} documents was indexed" + (f" (first error: {first.get('error') or first})" if first else "")
+            )
         report = {
             "corpus": str(corpus),
             "documents": len(beir.corpus),

@@ -281,8 +281,9 @@ class MemorySearcher:
         parsed = parse_query(query)
         if query and not parsed.clauses and native is None:
             return []  # punctuation, operators or quotes alone: nothing to look for
-        # The table version this query runs on, read once: with a read consistency interval of 0
-        # each read of the handle's version looks for a newer manifest (about 1.5 ms each).
+        # The table version this query runs on, read once: each read of the handle's version is a
+        # round trip through LanceDB's event loop (0.2 ms alone, 1.6 ms while the full-text leg
+        # runs beside it, measured on SciFact at memory eval's depth).
         layout = self._table_layout()
         where = opts.filters.where()
         # Chunk vectors are needed to score FTS hits against the query (hybrid) and for MMR.

@@ -171,6 +171,37 @@ def test_eval_matches_a_hand_computed_example(tmp_path: Path):
     assert bad_mode.returncode == 2 and "--mode" in bad_mode.stderr
 
 
+def test_eval_keeps_no_document_of_an_earlier_corpus_and_fails_clearly_on_an_empty_index(tmp_path: Path):
+    """A kept folder loses the documents of an earlier, larger corpus (they would be indexed and
+    ranked too); a corpus of which nothing could be indexed is a clear error, not a report of zeros."""
+    from memory_pipeline.evaluation import index_corpus, load_beir
+    from memory_pipeline_tests.helpers import table_rows
+
+    (tmp_path / "mem").mkdir()
+    settings = load_settings(write_config(tmp_path / "memory_pipeline.yaml", provider="none"))
+    docs = [{"_id": "T", "title": "Reef bleaching", "text": "Coral reef bleaching and ocean heat."}, {"_id": "U", "title": "", "text": "An untitled turn."}]
+    (tmp_path / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    (tmp_path / "queries.jsonl").write_text(json.dumps({"_id": "q", "text": "reef"}) + "\n")
+    (tmp_path / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\nq\tT\t1\n")
+    beir = load_beir(tmp_path / "corpus.jsonl", tmp_path / "queries.jsonl", tmp_path / "qrels.tsv")
+    work = tmp_path / "work"
+    (work / "docs").mkdir(parents=True)
+    (work / "docs" / "d0000007.txt").write_text("a document of an earlier corpus about reef bleaching\n")
+    (work / "docs" / "README.md").write_text("not the eval's: left alone\n")
+    eval_settings, path_to_id, _ = index_corpus(settings, beir, work)
+    assert sorted(path_to_id.items()) == [("d0000000.txt", "T"), ("d0000001.txt", "U")]
+    assert sorted(p.name for p in (work / "docs").iterdir()) == ["README.md", "d0000000.txt", "d0000001.txt"]
+    assert sorted({r["path"] for r in table_rows(eval_settings.data_dir, columns=("path",))}) == ["d0000000.txt", "d0000001.txt"]
+
+    too_small = write_config(tmp_path / "small.yaml", provider="none", limits={"max_file_bytes": 8})
+    failed = run_cli(
+        "eval", "--config", str(too_small), "--corpus", str(tmp_path / "corpus.jsonl"), "--queries", str(tmp_path / "queries.jsonl"),
+        "--qrels", str(tmp_path / "qrels.tsv"), "--mode", "fts",
+    )  # fmt: skip
+    assert failed.returncode != 0 and "none of the corpus's 2 documents was indexed" in failed.stderr
+    assert "Traceback" not in failed.stderr
+
+
 TOPICS = [
     ("kafka", "Kafka consumer lag on the payments topic: check the consumer group offsets, then scale the consumers."),
     ("boiler", "The boiler pressure dropped below one bar; the heating engineer bled the radiators and topped it up."),
