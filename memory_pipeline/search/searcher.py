@@ -130,6 +130,15 @@ def _rows_of(found: pa.Table, dims: int) -> list[dict]:
     return rows
 
 
+def _scores(c: Candidate) -> tuple[float, float, float]:
+    return (-c.score, -c.st_chunk, -c.sv)
+
+
+def _order(c: Candidate) -> tuple:
+    """The order of results: score, the chunk's own text share, vector score, then path and line."""
+    return (-c.score, -c.st_chunk, -c.sv, c.row["path"], c.row["line_start"])
+
+
 def _without_media_notes(cands: list[Candidate]) -> list[Candidate]:
     """A media file's note (``<file>.note.md``) is part of the file's own rows (locator ``note``):
     when the file is among the candidates, the note file is not listed a second time."""
@@ -222,6 +231,7 @@ class MemorySearcher:
         self._flat_lock = threading.Lock()  # one load of the vectors at a time (a server's threads share a searcher)
         self._asked: tuple[int, int] = (-1, 0)  # (table version, queries asked of it)
         self._flat_failed = -1  # a table version whose vectors could not be read or taken
+        self._media: tuple[int, bool] | None = None  # (table version, whether it holds media rows)
 
     def options(self, **kw) -> QueryOptions:
         """One query's options: the knobs given (None means unset), the rest from ``settings.query``."""
@@ -242,17 +252,23 @@ class MemorySearcher:
     def search(self, query: str, opts: QueryOptions) -> list[SearchResult]:
         """The best ``opts.max_results`` results of one query."""
         terms = parse_query(query).highlight_terms or query_terms(query)
-        ranked = self.ranked(query, opts, light=True)
+        ranked = self.ranked(query, opts, light=True, top=opts.max_results)
         shown: list[Candidate] = []
         start = 0
         while len(shown) < opts.max_results and start < len(ranked):
-            # A chunk gone from the table between the ranking and the take leaves a hole: the next ones fill it.
-            part = ranked[start : start + opts.max_results - len(shown)]
-            start += len(part)
+            # A chunk gone from the table between the ranking and the take leaves a hole: the next
+            # ones fill it. Those tied with the last one taken come too (ties go by path and line).
+            end = start + opts.max_results - len(shown)
+            while end < len(ranked) and _scores(ranked[end]) == _scores(ranked[end - 1]):
+                end += 1
+            part = ranked[start:end]
+            start = end
             shown += self.materialize(part)
-        return [self._result(c, terms) for c in shown]
+        if not opts.mmr:
+            shown.sort(key=_order)  # a no-op unless ranking left ties in any order
+        return [self._result(c, terms) for c in shown[: opts.max_results]]
 
-    def ranked(self, query: str, opts: QueryOptions, *, pool: int | None = None, light: bool = False) -> list[Candidate]:
+    def ranked(self, query: str, opts: QueryOptions, *, pool: int | None = None, light: bool = False, top: int | None = None) -> list[Candidate]:
         """Every candidate above ``min_score``, best first (MMR order when on).
 
         ``light``: when nothing of this query needs a candidate's text to rank or keep it, the
@@ -261,7 +277,13 @@ class MemorySearcher:
         and RRF fusion order by the legs' scores; the identifier factor only moves relevance, so
         it is read before the cut only when ``min_score`` drops candidates by relevance.) Taking
         every candidate's text cost a SciFact query at ``memory eval``'s depth (about a thousand
-        candidates) a third of its time."""
+        candidates) a third of its time.
+
+        ``top`` (with ``light``): the caller shows only the best ``top`` (``search``). When nothing
+        else reads a candidate's columns either (no recency, no media rows in the table), ranking
+        reads none: the candidates keep the ids the legs read, ties of the three scores are left
+        in any order, and ``search`` takes the whole rows of the best ``top`` and of those tied
+        with the last of them, and orders those as ranking whole rows would."""
         if opts.mode not in MODES:
             raise ConfigError(f"mode must be one of {', '.join(MODES)}, got {opts.mode!r}", key="mode")
         if opts.fusion not in FUSIONS:
@@ -347,12 +369,17 @@ class MemorySearcher:
         # columns alone when the in-memory vectors hold them (no take at all) or when there are
         # more rows to take than a second take of the results' whole rows costs.
         columns = _COLUMNS
-        if not needs_text:
-            flat = self._flat
-            served = flat is not None and flat.version == layout[0] and bool(flat.rank_columns)
-            if served or sum(1 for c in candidates.values() if "text" not in c.row) > LIGHT_MIN_ROWS:
-                columns = _RANK_COLUMNS
-        vectors = self._full_rows(candidates, fts_only if want_vectors else [], layout[0], columns)
+        flat = self._flat
+        served = flat is not None and flat.version == layout[0] and bool(flat.rank_columns)
+        if not needs_text and (served or sum(1 for c in candidates.values() if "text" not in c.row) > LIGHT_MIN_ROWS):
+            columns = _RANK_COLUMNS
+        # Nothing read of the rows at all: a take of a few rows costs per column (at 100k chunks
+        # 10.0 ms of CPU for 48 rows with every column, 5.7 ms for 6), so the shown rows alone are taken.
+        bare = top is not None and not needs_text and not served and opts.recency_half_life_days <= 0 and not self._has_media(layout[0])
+        if bare:
+            vectors = self._vectors_taken(candidates, fts_only, layout[0]) if want_vectors else {}
+        else:
+            vectors = self._full_rows(candidates, fts_only if want_vectors else [], layout[0], columns)
         if want_vectors and (lacking := [cid for cid in fts_only if cid not in vectors]):
             vectors.update(self._vectors_of(lacking, layout[0]))
         if vectors and qvec is not None:  # the query's similarity to all of them in one product
@@ -384,10 +411,13 @@ class MemorySearcher:
             return []
 
         cands = list(candidates.values())
-        self._score(cands, mode, opts, id_terms, with_ids="text" in columns)
+        self._score(cands, mode, opts, id_terms, with_ids="text" in columns and not bare)
         cands = abstain(cands, opts.min_score)
         cands = _without_media_notes(cands)
-        cands.sort(key=lambda c: (-c.score, -c.st_chunk, -c.sv, c.row["path"], c.row["line_start"]))
+        if bare:  # ties by path and line among the shown ones (``search``)
+            cands.sort(key=_scores)
+        else:
+            cands.sort(key=_order)
         if opts.mmr and len(cands) > 1:
             cands = mmr(cands, parsed.highlight_terms, opts.mmr_lambda, limit=len(cands))
         return cands
@@ -582,6 +612,33 @@ class MemorySearcher:
                     row[key] = old[key]
             candidates[cid].row = row
         return vectors
+
+    def _has_media(self, version: int) -> bool:
+        """Whether this table version holds media rows (whose notes ranking drops, by path)."""
+        assert self.table is not None
+        known = self._media
+        if known is None or known[0] != version:
+            has = "memory_type" in self.table.schema.names and self.table.count_rows("memory_type = 'media'") > 0
+            known = self._media = (version, has)
+        return known[1]
+
+    def _vectors_taken(self, candidates: dict[str, Candidate], chunk_ids: Sequence[str], version: int) -> dict[str, np.ndarray]:
+        """The vectors of ``chunk_ids`` (full-text hits) from the in-memory vectors, else one take by
+        row id; any still lacking (stale row ids) are looked up by chunk id by the caller."""
+        assert self.table is not None
+        flat = self._flat
+        got: dict[str, np.ndarray] = {}
+        if flat is not None and flat.version == version:
+            got = {c: v for c in chunk_ids if (v := flat.vector(c)) is not None}
+        taken = [c for c in chunk_ids if c not in got and candidates[c].row.get("_rowid") is not None]
+        if taken:
+            try:
+                found = lanceaio.run(self.table, [lanceaio.Take([int(candidates[c].row["_rowid"]) for c in taken], ["chunk_id", "vector"])])[0]
+            except (ValueError, RuntimeError, OSError) as err:
+                log.info("the full-text hits' vectors could not be taken by row id (%s): looking them up", err)
+            else:
+                got.update(zip(found.column("chunk_id").to_pylist(), _matrix(found.column("vector"), self.dims)))
+        return got
 
     def materialize(self, cands: list[Candidate]) -> list[Candidate]:
         """Candidates ranked on ``_RANK_COLUMNS`` (``ranked(..., light=True)``) with their whole

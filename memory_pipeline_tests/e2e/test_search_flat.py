@@ -248,10 +248,10 @@ def test_storage_failing_every_read_of_the_rows_is_a_store_error(indexed, monkey
 @pytest.mark.parametrize("in_memory", [True, False])
 @pytest.mark.parametrize("min_score", [0.0, 0.3])
 def test_a_light_ranking_shows_what_ranking_whole_rows_shows(indexed, monkeypatch, in_memory: bool, min_score: float):
-    """``search`` ranks on a few columns (from the in-memory vectors, or one take when the pool is
-    large) and takes the results' whole rows afterwards: the same results, scores and
+    """``search`` ranks on a few columns (from the in-memory vectors) or none (a table without media
+    rows, no recency) and takes the results' whole rows afterwards: the same results, scores and
     relevances as ranking whole rows, identifiers ('shelf 12 bin 3') included, at a pool under
-    ``LIGHT_MIN_ROWS`` and one over it; no take reads the text of more rows than are shown."""
+    ``LIGHT_MIN_ROWS`` and one over it; no take reads more rows than are shown."""
     from memory_pipeline.search import lanceaio
     from memory_pipeline.search.folding import query_terms
     from memory_pipeline.search.syntax import parse_query
@@ -282,9 +282,9 @@ def test_a_light_ranking_shows_what_ranking_whole_rows_shows(indexed, monkeypatc
             text_rows = [n for n, text in light_takes if text]
             if min_score > 0 and "12" in q:
                 continue  # abstention reads relevance, whose identifier factor reads every candidate's text
-            # A small pool without the in-memory rank columns is taken whole at once (one round trip).
-            assert all(n <= (max_results if in_memory or max_results == 40 else searcher_mod.LIGHT_MIN_ROWS) for n in text_rows), (q, light_takes)
-            assert in_memory or max_results == 3 or any(not text for _, text in light_takes), (q, light_takes)
+            # Ranking reads the rank columns from memory, or none at all (no media, no recency).
+            # (Takes without text: the vectors of the chunks only full text found.)
+            assert all(n <= max_results for n in text_rows), (q, light_takes)
 
 
 def test_a_result_deleted_between_ranking_and_showing_gives_its_place_to_the_next(indexed, tmp_path):
@@ -318,3 +318,26 @@ def test_a_result_deleted_between_ranking_and_showing_gives_its_place_to_the_nex
     got = searcher.search("payment retries", opts)
     assert deleted
     assert [r.chunk_id for r in got] == [r.chunk_id for r in wider[1:4]]
+
+
+def test_ties_at_the_cut_go_by_path_when_ranking_read_no_columns(tmp_path):
+    """A ranking that read no columns leaves ties of the three scores in any order: the rows of the
+    candidates tied with the last one shown are taken too, so the first path wins, as it does when
+    ranking whole rows."""
+    mem = tmp_path / "mem"
+    mem.mkdir()
+    note = "# Boiler\n\nThe boiler pressure dropped below one bar; the engineer bled the radiators.\n"
+    for name in ("c-copy.md", "a-copy.md", "b-copy.md"):
+        (mem / name).write_text(note)
+    for i in range(12):
+        (mem / f"other-{i:02d}.md").write_text(f"# Day {i}\n\nRoutine entry {i} about the garden and the bike.\n")
+    settings = load_settings(write_config(tmp_path / "memory_pipeline.yaml", provider="local"))
+    run_index(settings)
+    for max_results in (1, 2, 3):
+        searcher = MemorySearcher(settings)  # one query each: no in-memory vectors, ranking reads no columns
+        opts = searcher.options(mode="hybrid", min_score=0.0, max_results=max_results)
+        got = [Path(r.path).name for r in searcher.search("boiler pressure radiators", opts)]
+        assert searcher._flat is None
+        assert got == ["a-copy.md", "b-copy.md", "c-copy.md"][:max_results]
+        whole = [Path(c.row["path"]).name for c in MemorySearcher(settings).ranked("boiler pressure radiators", opts)[:max_results]]
+        assert got == whole

@@ -163,6 +163,7 @@ def test_hybrid_reads_ids_takes_the_kept_rows_once_and_measures_vector_hits_mean
     monkeypatch.setattr(MemorySearcher, "_doc_query", lambda self, parsed, layout: None)
     real_full_rows = MemorySearcher._full_rows
     monkeypatch.setattr(MemorySearcher, "_full_rows", lambda self, cands, ids, *args: real_full_rows(self, cands, [], *args))
+    monkeypatch.setattr(MemorySearcher, "_vectors_taken", lambda self, cands, ids, version: {})
     takes.clear()
     other = MemorySearcher(indexed)
     for mode in ("hybrid", "fts", "vector"):
@@ -241,7 +242,8 @@ def test_fold_with_map_folds_like_fold_and_maps_every_character_to_its_source(te
 def test_a_hybrid_query_costs_the_same_round_trips_whatever_its_length(indexed, monkeypatch):
     """The document-level leg's per-word queries share one round trip with the summed query: a
     query of eight new words costs LanceDB as many round trips as one of two (batch, chunk query,
-    vector leg, the vector hits' document scores, the take), and more queries only inside them."""
+    vector leg, the vector hits' document scores, the full-text hits' vectors, the shown rows),
+    and more queries only inside them."""
     monkeypatch.setattr(searcher_mod, "FLAT_MAX_BYTES", 0)
     trips: list[int] = []
     real_run = lanceaio.run
@@ -263,5 +265,5 @@ def test_a_hybrid_query_costs_the_same_round_trips_whatever_its_length(indexed, 
     assert searcher.search("espresso budget descaling retry backoff inventory regex certificate", opts)
     assert (len(trips), sum(trips)) == (again[0], again[1] - 8)  # asked again: no best-score query at all
     (short_trips, short_queries), (long_trips, long_queries) = counts.values()
-    assert short_trips == long_trips == 5
+    assert short_trips == long_trips == 6
     assert long_queries == short_queries + 6  # one best-score query per further word, in the same trip
