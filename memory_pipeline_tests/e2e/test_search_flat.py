@@ -101,11 +101,8 @@ def test_the_vectors_follow_the_table_as_it_changes(indexed, tmp_path):
     """A new version (another process indexed) is read again; the old version's vectors are never
     used on it, even by a query that checked the version just before the handle moved on (a server's
     other thread checks out the new version): that query scans instead of mixing row ids."""
-    import shutil
-
+    settings = _copy_of(indexed, tmp_path)
     root = tmp_path / "copy"
-    shutil.copytree(Path(indexed.sources[0].path).parent, root)
-    settings = load_settings(str(root / "memory_pipeline.yaml"))
     searcher = MemorySearcher(settings)
     opts = searcher.options(mode="vector", min_score=0.0, max_results=3)
     searcher.search("snorkeling trip", opts)
@@ -123,6 +120,15 @@ def test_the_vectors_follow_the_table_as_it_changes(indexed, tmp_path):
     assert searcher._flat is not None and searcher._flat.version != before.version
     assert Path(got[0].path).name == "2026-06-01.md"
     assert not any(Path(r.path).name == "2026-05-01.md" for r in searcher.search("espresso descaling", opts))
+
+
+def _copy_of(indexed, tmp_path: Path):
+    """The settings of a copy of the module's indexed folder (under ``tmp_path / "copy"``), to change."""
+    import shutil
+
+    root = tmp_path / "copy"
+    shutil.copytree(Path(indexed.sources[0].path).parent, root)
+    return load_settings(str(root / "memory_pipeline.yaml"))
 
 
 def matrix_is_read_only(flat: FlatVectors) -> bool:
@@ -290,13 +296,9 @@ def test_a_light_ranking_shows_what_ranking_whole_rows_shows(indexed, monkeypatc
 def test_a_result_deleted_between_ranking_and_showing_gives_its_place_to_the_next(indexed, tmp_path):
     """A chunk deleted by another process after the ranking, before its row is taken: it is not
     shown, and the next candidate fills the list (no error, no short answer)."""
-    import shutil
-
     import lancedb
 
-    root = tmp_path / "copy"
-    shutil.copytree(Path(indexed.sources[0].path).parent, root)
-    settings = load_settings(str(root / "memory_pipeline.yaml"))
+    settings = _copy_of(indexed, tmp_path)
     searcher = MemorySearcher(settings)
     opts = searcher.options(mode="hybrid", min_score=0.0, max_results=3)
     searcher.search("payment retries", opts)
