@@ -139,6 +139,21 @@ def _order(c: Candidate) -> tuple:
     return (-c.score, -c.st_chunk, -c.sv, c.row["path"], c.row["line_start"])
 
 
+def _found_the_same_way(old: dict, row: dict) -> dict:
+    """``row`` (more columns of the same chunk) with how ``old`` was found: its row id and
+    in-memory-vectors version, which a later take of more columns reads."""
+    for key in ("_rowid", _FLAT):
+        if key in old:
+            row[key] = old[key]
+    return row
+
+
+def _is_note(c: Candidate) -> bool:
+    from memory_pipeline.discovery import NOTE_SUFFIX
+
+    return c.row["path"].endswith(NOTE_SUFFIX)
+
+
 def _without_media_notes(cands: list[Candidate]) -> list[Candidate]:
     """A media file's note (``<file>.note.md``) is part of the file's own rows (locator ``note``):
     when the file is among the candidates, the note file is not listed a second time."""
@@ -231,7 +246,6 @@ class MemorySearcher:
         self._flat_lock = threading.Lock()  # one load of the vectors at a time (a server's threads share a searcher)
         self._asked: tuple[int, int] = (-1, 0)  # (table version, queries asked of it)
         self._flat_failed = -1  # a table version whose vectors could not be read or taken
-        self._media: tuple[int, bool] | None = None  # (table version, whether it holds media rows)
 
     def options(self, **kw) -> QueryOptions:
         """One query's options: the knobs given (None means unset), the rest from ``settings.query``."""
@@ -253,6 +267,16 @@ class MemorySearcher:
         """The best ``opts.max_results`` results of one query."""
         terms = parse_query(query).highlight_terms or query_terms(query)
         ranked = self.ranked(query, opts, light=True, top=opts.max_results)
+        bare = any("path" not in c.row for c in ranked)
+        shown = self._shown(ranked, opts)
+        if bare and any(_is_note(c) for c in shown):
+            # A media file's note is dropped when the file is a candidate too, which only the
+            # candidates' paths tell: ranked again on them (memories with notes only).
+            shown = self._shown(self.ranked(query, opts, light=True), opts)
+        return [self._result(c, terms) for c in shown]
+
+    def _shown(self, ranked: list[Candidate], opts: QueryOptions) -> list[Candidate]:
+        """The best ``opts.max_results`` of ``ranked`` with their whole rows, in the results' order."""
         shown: list[Candidate] = []
         start = 0
         while len(shown) < opts.max_results and start < len(ranked):
@@ -266,7 +290,7 @@ class MemorySearcher:
             shown += self.materialize(part)
         if not opts.mmr:
             shown.sort(key=_order)  # a no-op unless ranking left ties in any order
-        return [self._result(c, terms) for c in shown[: opts.max_results]]
+        return shown[: opts.max_results]
 
     def ranked(self, query: str, opts: QueryOptions, *, pool: int | None = None, light: bool = False, top: int | None = None) -> list[Candidate]:
         """Every candidate above ``min_score``, best first (MMR order when on).
@@ -280,10 +304,11 @@ class MemorySearcher:
         candidates) a third of its time.
 
         ``top`` (with ``light``): the caller shows only the best ``top`` (``search``). When nothing
-        else reads a candidate's columns either (no recency, no media rows in the table), ranking
-        reads none: the candidates keep the ids the legs read, ties of the three scores are left
-        in any order, and ``search`` takes the whole rows of the best ``top`` and of those tied
-        with the last of them, and orders those as ranking whole rows would."""
+        else reads a candidate's columns either (no recency), ranking reads none: the candidates
+        keep the ids the legs read, ties of the three scores are left in any order, media notes
+        are not dropped, and ``search`` takes the whole rows of the best ``top`` and of those tied
+        with the last of them, orders those as ranking whole rows would, and ranks again with
+        the columns when one of them is a media note."""
         if opts.mode not in MODES:
             raise ConfigError(f"mode must be one of {', '.join(MODES)}, got {opts.mode!r}", key="mode")
         if opts.fusion not in FUSIONS:
@@ -368,18 +393,16 @@ class MemorySearcher:
         # text found (hybrid scores them by their vector too), in one take. Ranking reads the rank
         # columns alone when the in-memory vectors hold them (no take at all) or when there are
         # more rows to take than a second take of the results' whole rows costs.
-        columns = _COLUMNS
         flat = self._flat
         served = flat is not None and flat.version == layout[0] and bool(flat.rank_columns)
-        if not needs_text and (served or sum(1 for c in candidates.values() if "text" not in c.row) > LIGHT_MIN_ROWS):
-            columns = _RANK_COLUMNS
         # Nothing read of the rows at all: a take of a few rows costs per column (at 100k chunks
         # 10.0 ms of CPU for 48 rows with every column, 5.7 ms for 6), so the shown rows alone are taken.
-        bare = top is not None and not needs_text and not served and opts.recency_half_life_days <= 0 and not self._has_media(layout[0])
+        bare = top is not None and not needs_text and not served and opts.recency_half_life_days <= 0
         if bare:
             vectors = self._vectors_taken(candidates, fts_only, layout[0]) if want_vectors else {}
         else:
-            vectors = self._full_rows(candidates, fts_only if want_vectors else [], layout[0], columns)
+            light_rows = not needs_text and (served or sum(1 for c in candidates.values() if "text" not in c.row) > LIGHT_MIN_ROWS)
+            vectors = self._full_rows(candidates, fts_only if want_vectors else [], layout[0], _RANK_COLUMNS if light_rows else _COLUMNS)
         if want_vectors and (lacking := [cid for cid in fts_only if cid not in vectors]):
             vectors.update(self._vectors_of(lacking, layout[0]))
         if vectors and qvec is not None:  # the query's similarity to all of them in one product
@@ -411,9 +434,10 @@ class MemorySearcher:
             return []
 
         cands = list(candidates.values())
-        self._score(cands, mode, opts, id_terms, with_ids="text" in columns and not bare)
+        self._score(cands, mode, opts, id_terms, with_ids=needs_text)
         cands = abstain(cands, opts.min_score)
-        cands = _without_media_notes(cands)
+        if not bare:
+            cands = _without_media_notes(cands)
         if bare:  # ties by path and line among the shown ones (``search``)
             cands.sort(key=_scores)
         else:
@@ -565,9 +589,7 @@ class MemorySearcher:
             if marker == "path":  # a light ranking: this version's rank columns are in memory
                 for cid in light:
                     if (row := flat.rank_row(cid)) is not None:
-                        old = candidates[cid].row
-                        row.update((k, old[k]) for k in ("_rowid", _FLAT) if k in old)
-                        candidates[cid].row = row
+                        candidates[cid].row = _found_the_same_way(candidates[cid].row, row)
                 light = [cid for cid in light if marker not in candidates[cid].row]
         if not light:
             return vectors
@@ -606,21 +628,8 @@ class MemorySearcher:
             vec = row.pop("vector", None)
             if cid in wanted and vec is not None and cid not in vectors:
                 vectors[cid] = vec
-            old = candidates[cid].row
-            for key in ("_rowid", _FLAT):  # how the row was found: a later take of more columns reads it
-                if key in old:
-                    row[key] = old[key]
-            candidates[cid].row = row
+            candidates[cid].row = _found_the_same_way(candidates[cid].row, row)
         return vectors
-
-    def _has_media(self, version: int) -> bool:
-        """Whether this table version holds media rows (whose notes ranking drops, by path)."""
-        assert self.table is not None
-        known = self._media
-        if known is None or known[0] != version:
-            has = "memory_type" in self.table.schema.names and self.table.count_rows("memory_type = 'media'") > 0
-            known = self._media = (version, has)
-        return known[1]
 
     def _vectors_taken(self, candidates: dict[str, Candidate], chunk_ids: Sequence[str], version: int) -> dict[str, np.ndarray]:
         """The vectors of ``chunk_ids`` (full-text hits) from the in-memory vectors, else one take by
