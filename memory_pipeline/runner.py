@@ -205,11 +205,13 @@ def _materialize(settings: Settings, force: bool, home: Path, hooks: StageHooks,
     import dagster as dg
 
     from memory_pipeline.defs.assets import index_assets
+    from memory_pipeline.defs.dagster_storage import enable_event_batches
     from memory_pipeline.defs.partitions import range_tags
     from memory_pipeline.defs.resources import index_resources
 
     # The instance is built from home's dagster.yaml; DAGSTER_HOME lets what the run starts find it too.
     os.environ["DAGSTER_HOME"] = str(home)
+    enable_event_batches()
     with dg.DagsterInstance.from_config(str(home)) as instance:
         result = dg.materialize(
             index_assets,

@@ -24,7 +24,7 @@ import contextlib
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from dagster._core.storage.event_log.sqlite.sqlite_event_log import INDEX_SHARD_NAME, SqliteEventLogStorage
@@ -33,6 +33,16 @@ from dagster._core.storage.sqlite import SQLITE_BUSY_TIMEOUT_SECONDS
 from sqlalchemy.pool import QueuePool
 
 _MAX_ENGINES = 8
+EVENT_BATCH_SIZE = 1000  # events stored per transaction at most
+
+
+def enable_event_batches() -> None:
+    """Have Dagster hand batches of events to the event log in one call (its
+    ``DAGSTER_EVENT_BATCH_SIZE``, read per event): a range run's planned materializations, a
+    step's materializations of every partition. ``store_event_batch`` below stores a batch in
+    one transaction per database; another storage stores it event by event, as without. A value
+    the user set is kept (0 turns batches off)."""
+    os.environ.setdefault("DAGSTER_EVENT_BATCH_SIZE", str(EVENT_BATCH_SIZE))
 
 
 class PooledSqliteEventLogStorage(SqliteEventLogStorage):
@@ -44,6 +54,7 @@ class PooledSqliteEventLogStorage(SqliteEventLogStorage):
         # Guards the engine table only: Dagster's own _db_lock is held around whole transactions,
         # and has_table is called inside one (so it cannot take _db_lock again).
         self._engines_lock = threading.Lock()
+        self._batch = threading.local()  # the open transactions of a store_event_batch, per thread
         super().__init__(base_dir, inst_data)
 
     @classmethod
@@ -77,14 +88,45 @@ class PooledSqliteEventLogStorage(SqliteEventLogStorage):
 
     @contextlib.contextmanager
     def _connect(self, shard: str) -> Iterator[Any]:  # type: ignore[override]
+        batch = getattr(self._batch, "open", None)
+        if batch is not None:  # inside store_event_batch, on its thread: its lock is held
+            conn = batch.get(shard)
+            if conn is None:
+                conn = batch[shard] = self._batch.stack.enter_context(self._transaction(shard))
+            yield conn
+            return
         with self._db_lock:
-            engine = self._engine(shard)
-            if shard not in self._initialized_dbs:
-                self._initdb(engine)
-                self._initialized_dbs.add(shard)
-            with engine.connect() as conn:
-                with conn.begin():
-                    yield conn
+            with self._transaction(shard) as conn:
+                yield conn
+
+    @contextlib.contextmanager
+    def _transaction(self, shard: str) -> Iterator[Any]:
+        engine = self._engine(shard)
+        if shard not in self._initialized_dbs:
+            self._initdb(engine)
+            self._initialized_dbs.add(shard)
+        with engine.connect() as conn:
+            with conn.begin():
+                yield conn
+
+    def store_event_batch(self, events: Sequence[Any]) -> None:
+        """Several events in one transaction per database (the run's and the cross-run index),
+        each stored exactly as ``store_event`` stores it. Dagster hands a batch here when
+        ``DAGSTER_EVENT_BATCH_SIZE`` is set (``runner`` sets it): a range run's planned
+        materializations (one per asset and partition) and each step's materializations (one per
+        partition). One transaction per event cost 2.6 ms each, 0.8 s of a 16-shard run's 321
+        events. A failure rolls the whole batch back (Dagster then stores its events one by one)."""
+        if len(events) < 2:
+            for event in events:
+                self.store_event(event)
+            return
+        with self._db_lock, contextlib.ExitStack() as stack:
+            self._batch.open, self._batch.stack = {}, stack
+            try:
+                for event in events:
+                    self.store_event(event)
+            finally:
+                self._batch.open = self._batch.stack = None
 
     def has_table(self, table_name: str) -> bool:
         with self._engine(INDEX_SHARD_NAME).connect() as conn:

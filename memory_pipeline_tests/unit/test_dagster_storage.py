@@ -183,3 +183,82 @@ def test_a_dagster_yaml_the_user_wrote_is_left_alone(tmp_path: Path):
     (home / "dagster.yaml").write_text(mine)
     ensure_dagster_home(settings)
     assert (home / "dagster.yaml").read_text() == mine
+
+
+@dg.asset(partitions_def=PARTS, backfill_policy=dg.BackfillPolicy.single_run())
+def ranged(context) -> dg.MaterializeResult:  # noqa: ANN001 - Dagster reads the annotation, a string here
+    keys = context.partition_key_range
+    return dg.MaterializeResult(metadata={"range": f"{keys.start}-{keys.end}"})
+
+
+def _range_run(instance: dg.DagsterInstance) -> str:
+    tags = {"dagster/asset_partition_range_start": "00", "dagster/asset_partition_range_end": "0b"}
+    result = dg.materialize([ranged], instance=instance, tags=tags)
+    assert result.success
+    return result.run_id
+
+
+def _event_rows(instance: dg.DagsterInstance, run_id: str) -> list[tuple[str, str | None]]:
+    return sorted((e.dagster_event.event_type_value, e.dagster_event.partition) for e in instance.all_logs(run_id) if e.dagster_event)
+
+
+def test_a_range_run_stores_its_events_in_batches_and_stock_dagster_reads_the_same(home: Path, tmp_path: Path, monkeypatch):
+    """With DAGSTER_EVENT_BATCH_SIZE set (as ``runner`` sets it), a range run's planned and done
+    materializations reach ``store_event_batch`` and are stored exactly as one by one."""
+    batches: list[int] = []
+    real = PooledSqliteEventLogStorage.store_event_batch
+
+    def counting(self, events):  # noqa: ANN001
+        batches.append(len(events))
+        return real(self, events)
+
+    monkeypatch.setattr(PooledSqliteEventLogStorage, "store_event_batch", counting)
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        monkeypatch.delenv("DAGSTER_EVENT_BATCH_SIZE", raising=False)
+        one_by_one = _range_run(instance)
+        assert batches == []
+        monkeypatch.setenv("DAGSTER_EVENT_BATCH_SIZE", "1000")
+        batched = _range_run(instance)
+        assert len(batches) >= 2 and sum(batches) >= 2 * len(PARTS.get_partition_keys())  # planned + done, per partition
+        assert _event_rows(instance, batched) == _event_rows(instance, one_by_one)
+    with _stock(home, tmp_path) as stock:
+        assert _event_rows(stock, batched) == _event_rows(stock, one_by_one)
+        assert set(stock.get_materialized_partitions(ranged.key)) == set(PARTS.get_partition_keys())
+        latest = stock.fetch_materializations(ranged.key, limit=100).records
+        assert sum(1 for r in latest if r.run_id == batched) == len(PARTS.get_partition_keys())
+
+
+def test_a_batch_that_fails_part_way_leaves_none_of_its_events_and_dagster_stores_them_one_by_one(home: Path, monkeypatch):
+    monkeypatch.setenv("DAGSTER_EVENT_BATCH_SIZE", "1000")
+    real_event, real_batch = PooledSqliteEventLogStorage.store_event, PooledSqliteEventLogStorage.store_event_batch
+    inside: list[int] = []  # events stored so far by the first batch
+    failed: list[int] = []
+
+    def flaky(self, event):  # noqa: ANN001
+        # The fifth event of the first batch fails after four were written in its transaction.
+        if inside and not failed:
+            inside[0] += 1
+            if inside[0] == 5:
+                failed.append(5)
+                raise RuntimeError("disk full")
+        return real_event(self, event)
+
+    def first_batch(self, events):  # noqa: ANN001
+        if not failed and not inside:
+            inside.append(0)
+        try:
+            return real_batch(self, events)
+        finally:
+            inside.clear() if failed else None
+
+    monkeypatch.setattr(PooledSqliteEventLogStorage, "store_event", flaky)
+    monkeypatch.setattr(PooledSqliteEventLogStorage, "store_event_batch", first_batch)
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        run_id = _range_run(instance)
+        assert failed == [5]
+        rows = _event_rows(instance, run_id)
+        # Each planned materialization stored once: the rolled-back four did not stay behind.
+        planned = [p for t, p in rows if t == "ASSET_MATERIALIZATION_PLANNED"]
+        assert sorted(planned) == PARTS.get_partition_keys()
+        done = [p for t, p in rows if t == "ASSET_MATERIALIZATION"]
+        assert sorted(done) == PARTS.get_partition_keys()
