@@ -586,7 +586,7 @@ class Bench:
         from memory_pipeline.settings import LocalConfig
 
         cfg = LocalConfig()
-        self.default_runtime = cfg.runtime if cfg.quantize == "none" else f"{cfg.runtime}-{cfg.quantize}"
+        self.default_runtime = cfg.engine.label
         self.runtimes = [r.strip() for r in args.runtimes.split(",") if r.strip()]
         if self.default_runtime not in self.runtimes:
             self.runtimes.append(self.default_runtime)

@@ -41,7 +41,7 @@ FallbackProvider = Literal["local", "openai", "gemini", "voyage", "mistral", "ol
 Fusion = Literal["weighted", "rrf"]
 AnnIndexType = Literal["IVF_HNSW_SQ", "IVF_PQ", "IVF_FLAT"]
 LocalRuntime = Literal["torch", "onnx", "openvino"]
-LocalQuantize = Literal["none", "int8"]
+LocalQuantize = Literal["auto", "none", "int8"]
 MediaType = Literal["image", "audio", "video", "pdf", "document"]
 
 KNOWN_PROVIDERS: tuple[str, ...] = typing.get_args(Provider)
@@ -177,20 +177,28 @@ class LocalConfig:
     """
 
     runtime: LocalRuntime = "onnx"  # torch | onnx | openvino (ONNX/OpenVINO exported once, cached)
-    quantize: LocalQuantize = "none"  # none | int8 (onnx or openvino only)
+    quantize: LocalQuantize = "auto"  # auto (int8 with onnx, else none) | none | int8 (onnx or openvino only)
     batch_tokens: Annotated[int, Strict(), Field(ge=64, le=1_048_576)] | None = None  # padded tokens per batch; default 32 x the model limit
 
     @model_validator(mode="after")
     def _int8_engine(self) -> LocalConfig:
-        if self.runtime == "torch" and self.quantize != "none":
+        if self.runtime == "torch" and self.quantize == "int8":
             raise _bad("int8 needs local.runtime onnx or openvino", sub=("quantize",))
         return self
+
+    @property
+    def quantization(self) -> str:
+        """``quantize`` resolved: ``auto`` is int8 with onnx (the fastest runtime within issue 15's
+        1-point quality bound on the dev sets, README *Local model runtimes*), none otherwise."""
+        if self.quantize == "auto":
+            return "int8" if self.runtime == "onnx" else "none"
+        return self.quantize
 
     @property
     def engine(self):
         from memory_pipeline.providers.runtimes import Runtime
 
-        return Runtime(self.runtime, self.quantize)
+        return Runtime(self.runtime, self.quantization)
 
 
 @dataclass(frozen=True, config=_MODEL)

@@ -192,7 +192,12 @@ class LocalProvider:
         lengths = np.fromiter((len(e.ids) for e in encs), dtype=np.int64, count=len(encs))
         pad_id = tok.token_to_id("[PAD]") or 0
         out = np.zeros((len(texts), self.dims), dtype=np.float32)
-        for idx in token_batches(lengths, self.batch_tokens, max(self.batch_size, 1) * 8):
+        # int8 quantises activations per forward pass (the scale of the whole input tensor), so a
+        # text batched with others gets a vector that depends on its batch mates: with int8 each
+        # text goes alone, and its vector depends on its text only (the same in any run, any
+        # shard, any order). Alone, no text is padded either.
+        alone = self.runtime.quantize != "none"
+        for idx in token_batches(lengths, 1 if alone else self.batch_tokens, 1 if alone else max(self.batch_size, 1) * 8):
             width = max(int(lengths[idx].max()), 1)
             ids = np.full((len(idx), width), pad_id, dtype=np.int64)
             mask = np.zeros((len(idx), width), dtype=np.int64)
@@ -282,6 +287,9 @@ class LocalProvider:
         # torch keeps the key it always had (tables built before runtimes existed stay valid).
         if self.runtime.engine == "torch":
             return stable_key("local", self.model, self.dims)
+        if self.runtime.quantize != "none":
+            # "alone": int8 vectors of texts run one per pass (batched ones depended on batch mates).
+            return stable_key("local", self.model, self.dims, self.runtime.label, "alone")
         return stable_key("local", self.model, self.dims, self.runtime.label)
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:

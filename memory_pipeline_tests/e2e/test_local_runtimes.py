@@ -59,7 +59,7 @@ def test_a_runtime_switch_builds_a_new_generation_and_search_follows_it(mem: Pat
     first = run_json("index", "--config", str(cfg), "--json", env=env)
     assert first["table"] == "memory_vectors" and first["chunks_embedded"] > 0
 
-    write_config(cfg, local={"runtime": "onnx"})
+    write_config(cfg, local={"runtime": "onnx", "quantize": "none"})  # fp32: equal to torch
     killed = run_cli("index", "--config", str(cfg), env=env, kill_at="write_after_first_commit")
     assert killed.returncode == -9
     status = run_json("status", "--config", str(cfg), "--json", env=env)
@@ -90,7 +90,7 @@ def test_a_runtime_switch_builds_a_new_generation_and_search_follows_it(mem: Pat
 def test_a_damaged_export_is_one_error_line(mem: Path, tmp_path: Path, exported: Path):
     env = seeded_cache(tmp_path, exported)
     models = tmp_path / "models"
-    cfg = write_config(mem / "memory_pipeline.yaml", local={"runtime": "onnx"})
+    cfg = write_config(mem / "memory_pipeline.yaml", local={"runtime": "onnx", "quantize": "none"})
     run_json("index", "--config", str(cfg), "--json", env=env)
     damaged = sorted(models.rglob("*.onnx"))  # the plain export and the fused graph the session loads
     assert {p.name for p in damaged} >= {"model.onnx", "model-fused.onnx"}
