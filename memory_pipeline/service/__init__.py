@@ -10,5 +10,5 @@ running server), ``app`` (``create_app``), ``run`` (`memory serve`).
 
 Nothing here is imported by `memory index` or `memory search` unless a server is in play, but
 ``serverfile``: an index run reads it to give a running server's searches the CPU first
-(``memory_pipeline.priority``).
+(``memory_pipeline.priority``) and to fold its new rows into the indices at once (``stages.write``).
 """

@@ -53,3 +53,11 @@ def read(data_dir: Path, *, check_alive: bool = True) -> dict | None:
         except PermissionError:
             pass  # another user's process: alive
     return record
+
+
+def serving_elsewhere(data_dir: Path) -> bool:
+    """A live server answers searches on this data folder, and this process is neither it nor its
+    own index worker (a child of it): a writer whose new rows that server's searches would pay for
+    until they are folded into the indices (see ``VectorStore.ensure_fts``)."""
+    record = read(data_dir)
+    return record is not None and record["pid"] not in (os.getpid(), os.getppid())

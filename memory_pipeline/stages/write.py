@@ -30,6 +30,7 @@ from memory_pipeline.models import (
     MANIFEST_SCHEMA,
     embeddings_schema,
 )
+from memory_pipeline.service import serverfile
 from memory_pipeline.settings import Settings
 from memory_pipeline.stages import shards
 from memory_pipeline.stages.hooks import NO_HOOKS, StageHooks
@@ -125,7 +126,8 @@ def write_vectors(
         per_shard[shard] = {k: v for k, v in shards.delta(before, stats).items() if k != "table_rows"}
         progress.report("write", done, len(chunks), "partitions")
     if stats.commits or force:
-        stats.fts = store.ensure_fts(settings.fts, rebuild=force).get("fts", "")
+        # A server for this folder (not this run's own) searches meanwhile: fold this run's rows now.
+        stats.fts = store.ensure_fts(settings.fts, rebuild=force, fold=serverfile.serving_elsewhere(data.root)).get("fts", "")
         stats.ann = store.ensure_ann(settings.ann).get("ann", "")
     else:
         stats.fts = "unchanged"
