@@ -164,8 +164,9 @@ def discover(
                 orphans |= stale
         rows = [manifest_row(f, prev.get(f.doc_id), state.get(f.doc_id), settings, force=force, fp=fp, counts=counts) for f in by_shard.get(shard, [])]
         present_ok = {r["doc_id"] for r in rows if r["status"] != "skipped"}
+        # A row another program wrote may have any doc_id: one without "source:" is an orphan too.
         deletions = [
-            {"doc_id": d, "source": d.split(":", 1)[0], "path": d.split(":", 1)[1]}
+            {"doc_id": d, "source": d.partition(":")[0] if ":" in d else "", "path": d.partition(":")[2] if ":" in d else d}
             for d in sorted(set(state) | orphans)
             if d not in present_ok and d.split(":", 1)[0] not in missing
         ]
