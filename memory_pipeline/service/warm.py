@@ -71,6 +71,7 @@ class WarmSearcher:
     def _refreshed(self, searcher):
         from memory_pipeline.search import MemorySearcher
         from memory_pipeline.stores import generations
+        from memory_pipeline.stores.lance import unindexed_rows
 
         if searcher is None:
             return MemorySearcher(self.settings)
@@ -82,22 +83,24 @@ class WarmSearcher:
         table = searcher.table
         try:
             current = int(table.version)
-            current_backlog = _unindexed(table) if not own else 0
             table.checkout_latest()
             latest = int(table.version)
             if own or latest == current:
                 self._deferred = None
                 return searcher
-            backlog = _unindexed(table)
-            if backlog > max(DEFER_ROWS, current_backlog):
-                first = self._deferred[1] if self._deferred is not None else time.monotonic()
-                if time.monotonic() - first < MAX_LAG_SECONDS:
-                    # Rows a writer has not folded into the indices yet: searches stay on the indexed
-                    # version meanwhile (a fold, or the lag bound, moves them on).
-                    table.checkout(current)
-                    self._deferred = (latest, first)
-                    return searcher
-                log.info("searching table version %d with %d rows the indices lack (not folded after %.0f s)", latest, backlog, MAX_LAG_SECONDS)
+            backlog = unindexed_rows(table)
+            if backlog > DEFER_ROWS:
+                # Measured only when a new version holds many: the one searched now, for comparison.
+                table.checkout(current)
+                if backlog > unindexed_rows(table):
+                    first = self._deferred[1] if self._deferred is not None else time.monotonic()
+                    if time.monotonic() - first < MAX_LAG_SECONDS:
+                        # Rows a writer has not folded into the indices yet: searches stay on the
+                        # indexed version meanwhile (a fold, or the lag bound, moves them on).
+                        self._deferred = (latest, first)
+                        return searcher
+                    log.info("searching table version %d with %d rows the indices lack (not folded after %.0f s)", latest, backlog, MAX_LAG_SECONDS)
+                table.checkout_latest()
             self._deferred = None
         except Exception as err:  # noqa: BLE001 - the table was dropped or rebuilt under us: open it anew
             log.info("re-opening the table after %s: %s", type(err).__name__, err)
@@ -109,13 +112,3 @@ class WarmSearcher:
         """The latest table version searches are waiting out (its new rows not indexed yet), if any."""
         deferred = self._deferred
         return deferred[0] if deferred is not None else None
-
-
-def _unindexed(table) -> int:
-    """The most rows any full-text or vector index of ``table``'s version lacks."""
-    worst = 0
-    for idx in table.list_indices():
-        if idx.index_type in ("FTS",) or "vector" in list(idx.columns):
-            stats = table.index_stats(idx.name)
-            worst = max(worst, int(getattr(stats, "num_unindexed_rows", 0) or 0))
-    return worst

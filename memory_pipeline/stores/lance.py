@@ -150,6 +150,15 @@ ANN_REBUILD_ROWS = 250_000
 FOLD_FRAGMENTS = 4
 
 
+def unindexed_rows(table) -> int:
+    """The most rows any index of ``table``'s checked-out version lacks (queries scan those)."""
+    worst = 0
+    for idx in table.list_indices():
+        stats = table.index_stats(idx.name)
+        worst = max(worst, int(getattr(stats, "num_unindexed_rows", 0) or 0))
+    return worst
+
+
 def _fragment_count(table) -> int:
     try:
         return int((table.stats().get("fragment_stats") or {}).get("num_fragments") or 0)
@@ -445,10 +454,7 @@ class VectorStore:
         table = self.open()
         if table is None:
             return {}
-        unindexed = 0
-        for idx in table.list_indices():
-            stats = table.index_stats(idx.name)
-            unindexed = max(unindexed, int(getattr(stats, "num_unindexed_rows", 0) or 0))
+        unindexed = unindexed_rows(table)
         fragments = _fragment_count(table)
         if not unindexed and fragments < FOLD_FRAGMENTS:
             return {"fold": "current"}
