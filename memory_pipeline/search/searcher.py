@@ -154,6 +154,16 @@ def _is_note(c: Candidate) -> bool:
     return c.row["path"].endswith(NOTE_SUFFIX)
 
 
+def _note_files_among(shown: list[Candidate], ranked: list[Candidate]) -> bool:
+    """Whether the file a shown note is about may be among ``ranked``: its document id
+    (``source:path`` without the note's suffix) is a candidate's, or a candidate's is not known."""
+    from memory_pipeline.discovery import NOTE_SUFFIX, doc_id
+
+    files = {doc_id(c.row["source"], c.row["path"][: -len(NOTE_SUFFIX)]) for c in shown if _is_note(c)}
+    ids = {c.row.get("doc_id") for c in ranked}
+    return None in ids or "" in ids or bool(files & ids)
+
+
 def _without_media_notes(cands: list[Candidate]) -> list[Candidate]:
     """A media file's note (``<file>.note.md``) is part of the file's own rows (locator ``note``):
     when the file is among the candidates, the note file is not listed a second time."""
@@ -241,6 +251,7 @@ class MemorySearcher:
         self.has_ann = self.store.vector_index() is not None if self.dims else False
         self._pool: ThreadPoolExecutor | None = None
         self._layout: tuple[int, int, int] | None = None  # (table version, rows, documents with a document text)
+        self._layout_lock = threading.Lock()  # one count of a new version's rows at a time (a server's threads share a searcher)
         self._term_weights = TermWeights()  # the full-text leg's per-term weights, for the table version searched
         self._flat: FlatVectors | None = None
         self._flat_lock = threading.Lock()  # one load of the vectors at a time (a server's threads share a searcher)
@@ -269,9 +280,11 @@ class MemorySearcher:
         ranked = self.ranked(query, opts, light=True, top=opts.max_results)
         bare = any("path" not in c.row for c in ranked)
         shown = self._shown(ranked, opts)
-        if bare and any(_is_note(c) for c in shown):
+        if bare and any(_is_note(c) for c in shown) and _note_files_among(shown, ranked):
             # A media file's note is dropped when the file is a candidate too, which only the
-            # candidates' paths tell: ranked again on them (memories with notes only).
+            # candidates' paths tell: ranked again on them. Only when a shown note's own file is
+            # among the candidates (by document id; or a candidate's is unknown), not for every
+            # note shown (each ranking costs the whole search again).
             shown = self._shown(self.ranked(query, opts, light=True), opts)
         return [self._result(c, terms) for c in shown]
 
@@ -671,15 +684,25 @@ class MemorySearcher:
         assert self.table is not None
         version = int(self.table.version)
         layout = self._layout
-        if layout is None or layout[0] != version:
+        if layout is not None and layout[0] == version:
+            return layout
+        # The counts read the document column of every row (40-75 ms of CPU at 100k chunks): when a
+        # writer commits, the server's threads all meet the new version at once, and each counting
+        # it again cost a 16-client server a third of its searches. One counts; the others wait for it.
+        with self._layout_lock:
+            layout = self._layout
+            if layout is not None and layout[0] == version:
+                return layout
             rows = self.table.count_rows()
             docs = 0
             if DOC_FTS_COLUMN in self.table.schema.names:
                 docs = self.table.count_rows(f"{DOC_FTS_COLUMN} != ''")  # null or empty: no document text
                 if docs and self.table.count_rows(f"chunk_index = 0 AND {DOC_FTS_COLUMN} IS NULL"):
                     docs = 0  # not every document has one yet
-            layout = self._layout = (version, rows, docs)
-        return layout
+            layout = (version, rows, docs)
+            if self._layout is None or self._layout[0] <= version:
+                self._layout = layout
+            return layout
 
     def _doc_query(self, parsed: ParsedQuery, layout: tuple[int, int, int]) -> DocQuery | None:
         """The query's terms for the document-level full-text leg, on a table that has one."""
