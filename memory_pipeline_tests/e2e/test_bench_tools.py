@@ -1,0 +1,46 @@
+"""`benchmarks/search_cpu.py` (the README's "where a search's CPU goes") runs on a real index and
+charges the searches' CPU to LanceDB's calls; a bad config is one clear line and exit 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from memory_pipeline.runner import run_index
+from memory_pipeline.settings import load_settings
+from memory_pipeline_tests.conftest import write_config
+
+pytestmark = pytest.mark.slow
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "search_cpu.py"
+
+
+def test_search_cpu_reports_each_lance_call(tmp_path):
+    mem = tmp_path / "mem"
+    mem.mkdir()
+    for i in range(6):
+        (mem / f"n{i}.md").write_text(f"# Note {i}\n\nThe harbour crane {i} was inspected; the pilot signed the review.\n\n## Later\n\nBudget {i}.\n")
+    cfg = write_config(tmp_path / "memory_pipeline.yaml", provider="none")
+    run_index(load_settings(cfg))
+    queries = tmp_path / "queries.txt"
+    queries.write_text("harbour crane\npilot review\n\nbudget\n")
+    out = tmp_path / "cpu.json"
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--config", str(cfg), "--queries", str(queries), "--seconds", "1", "--out", str(out)],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads(out.read_text())
+    assert got["searches"] > 0 and got["cpu_ms_per_search"] > 0
+    text = got["parts"]["full text on doc_search_text"]
+    assert text["calls_per_search"] >= 1 and text["cpu_ms_per_search"] > 0
+    assert "VectorQuery" not in got["parts"]  # a full-text-only index: no vector leg
+    assert f"{got['searches']} searches" in proc.stdout
+
+
+def test_search_cpu_bad_config_is_one_line(tmp_path):
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--config", str(tmp_path / "missing.yaml")], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("[ERROR] ") and "Traceback" not in proc.stderr
