@@ -343,3 +343,45 @@ def test_ties_at_the_cut_go_by_path_when_ranking_read_no_columns(tmp_path):
         assert got == ["a-copy.md", "b-copy.md", "c-copy.md"][:max_results]
         whole = [Path(c.row["path"]).name for c in MemorySearcher(settings).ranked("boiler pressure radiators", opts)[:max_results]]
         assert got == whole
+
+
+def test_vectors_taken_once_serve_later_queries_unchanged(indexed, monkeypatch):
+    """Over a table too large for the in-memory vectors, the full-text hits' vectors are taken from
+    the table once: a later query finding the same hits takes none, and answers exactly what a
+    fresh searcher (nothing kept) answers."""
+    from memory_pipeline.search import lanceaio
+
+    monkeypatch.setattr(searcher_mod, "FLAT_MAX_BYTES", 0)
+    vector_takes = []
+    real_run = lanceaio.run
+
+    def counting_run(table, queries):
+        vector_takes.extend(q for q in queries if isinstance(q, lanceaio.Take) and "vector" in q.columns)
+        return real_run(table, queries)
+
+    monkeypatch.setattr(lanceaio, "run", counting_run)
+    kept = MemorySearcher(indexed)
+    opts = kept.options(mode="hybrid", min_score=0.0, max_results=8)
+    first = {q: kept.search(q, opts) for q in QUERIES}
+    assert vector_takes, "the full-text hits' vectors were never taken: the test does not reach the cache"
+    assert len(kept._taken_vectors) > 0
+    vector_takes.clear()
+    again = {q: kept.search(q, opts) for q in QUERIES}
+    assert vector_takes == []
+    for q in QUERIES:
+        fresh = MemorySearcher(indexed).search(q, opts)
+        assert _key(again[q]) == _key(first[q]) == _key(fresh)
+        assert _scores(again[q]) == _scores(first[q]) == _scores(fresh)
+
+
+def test_vector_cache_stays_within_its_bytes():
+    from memory_pipeline.search.searcher import VectorCache
+
+    cache = VectorCache(max_bytes=10 * 384 * 4)
+    big = np.ones((30, 384), dtype=np.float32)
+    cache.put_many({f"c{i}": big[i] for i in range(30)})
+    assert len(cache) == 10
+    assert set(cache.get_many(f"c{i}" for i in range(30))) == {f"c{i}" for i in range(20, 30)}  # the latest kept
+    got = cache.get_many(["c25"])["c25"]
+    assert got.base is None or got.base is not big  # a copy: the take it came from is not kept alive
+    assert not got.flags.writeable
