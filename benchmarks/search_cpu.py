@@ -60,8 +60,7 @@ def main() -> int:
     ap.add_argument("--out", help="write the numbers here as JSON")
     args = ap.parse_args()
 
-    from memory_pipeline.search import fulltext, lanceaio
-    from memory_pipeline.search import searcher as searcher_mod
+    from memory_pipeline.search import lanceaio
     from memory_pipeline.service.warm import WarmSearcher
     from memory_pipeline.settings import load_settings
 
@@ -81,10 +80,7 @@ def main() -> int:
             cpu[kind] += time.process_time() - start
             calls[kind] += 1
 
-    # Both modules call lanceaio.run through their own reference to the module.
-    lanceaio.run = timed_run
-    fulltext.lanceaio.run = timed_run
-    searcher_mod.lanceaio.run = timed_run
+    lanceaio.run = timed_run  # the searcher and the full-text leg call it through the module
 
     from memory_pipeline.errors import MemoryPipelineError
 

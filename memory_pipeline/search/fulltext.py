@@ -465,32 +465,20 @@ class TermWeights:
     Entries of older versions are never read again and age out."""
 
     def __init__(self, size: int = 4096) -> None:
-        import threading
-        from collections import OrderedDict
+        from memory_pipeline.search.lru import LRU
 
         self.size = size
-        self._items: OrderedDict[tuple[int, str, str], float] = OrderedDict()
-        self._lock = threading.Lock()
+        self._items: LRU[tuple[int, str, str], float] = LRU(size)
 
     def at(self, version: int) -> VersionWeights:
         """The weights measured on ``version`` of the table."""
         return VersionWeights(self, version)
 
     def get(self, version: int, term: str, where: str | None) -> float | None:
-        key = (version, term, where or "")
-        with self._lock:
-            w = self._items.get(key)
-            if w is not None:
-                self._items.move_to_end(key)
-            return w
+        return self._items.get((version, term, where or ""))
 
     def put(self, version: int, term: str, where: str | None, weight: float) -> None:
-        key = (version, term, where or "")
-        with self._lock:
-            self._items[key] = weight
-            self._items.move_to_end(key)
-            while len(self._items) > self.size:
-                self._items.popitem(last=False)
+        self._items.put((version, term, where or ""), weight)
 
 
 @dataclass(frozen=True)
