@@ -53,9 +53,18 @@ class EmbedCounts:
     batch: dict | None = None  # the run's batch metrics (jobs, requests, tokens, fallbacks, cost)
 
 
-WAVE_BYTES = 64 * 1024 * 1024
-"""About what one wave of the embed stage holds: its texts and vectors (see :func:`embed_chunks`)."""
-_TEXT_BYTES = 600  # a chunk's text, hash and bookkeeping in Python objects, about
+WAVE_BYTES = 4 * 1024 * 1024
+"""About what one wave of the embed stage holds: its texts (their UTF-8 bytes), vectors and
+bookkeeping (see :func:`embed_chunks`).
+
+Small, so that memory does not follow the size of the folder: at 64 MiB, with each text counted
+as 600 bytes (some 30,000 chunks a wave), 10,000 notes of one long chunk each were a single wave
+of 17,748 chunks of about 1,000 characters, and the run's peak RSS went from 503 MB at 1,000
+notes to 610 MB (issue 15 asks for 5 %); waves of 16 MiB gave 579 MB, of 4 MiB 544-551 MB (one
+run each, `benchmarks/bench_index.py`'s long notes). A wave of 4 MiB still holds over a thousand
+chunks: the default int8 runtime embeds each text alone anyway, and the other runtimes' batches
+(sorted by length within a wave) stay full."""
+_ROW_BYTES = 600  # a chunk's content hash and bookkeeping in Python objects (dict and set entries), about
 
 
 def embed_chunks(
@@ -90,8 +99,7 @@ def embed_chunks(
         # Full-text only: empty one-dimensional frames (the chunks are not even read), so the graph stays whole.
         return ((s, _frame([], np.zeros((0, 1), np.float32), 1)) for s in chunks)
     batch = settings.remote.batch.enabled and getattr(provider, "name", "") in BATCH_PROVIDERS
-    cap = None if batch else max(1, WAVE_BYTES // (ident.dims * 4 + _TEXT_BYTES))
-    waves = _waves(chunks, cap)
+    waves = _waves(chunks, None if batch else WAVE_BYTES, ident.dims)
     first = next(waves, None)
     done = _embed_wave(settings, provider, ident, hooks, first, counts, per_shard) if first else []
 
@@ -104,19 +112,27 @@ def embed_chunks(
     return stream()
 
 
-def _waves(chunks: Mapping[str, pl.DataFrame], cap: int | None) -> Iterator[list[tuple[str, pl.DataFrame]]]:
-    """Consecutive shards whose chunks add up to about ``cap`` (every shard when None)."""
+def _waves(chunks: Mapping[str, pl.DataFrame], cap: int | None, dims: int) -> Iterator[list[tuple[str, pl.DataFrame]]]:
+    """Consecutive shards whose texts and vectors add up to about ``cap`` bytes (every shard when None)."""
     wave: list[tuple[str, pl.DataFrame]] = []
     size = 0
     for shard in chunks:
         table = chunks[shard].select("content_hash", "embed_text", "tokens", "media_file", "mime_type", "source")
         wave.append((shard, table))
-        size += table.height
+        size += _wave_bytes(table, dims)
         if cap is not None and size >= cap:
             yield wave
             wave, size = [], 0
     if wave:
         yield wave
+
+
+def _wave_bytes(table: pl.DataFrame, dims: int) -> int:
+    """What a shard's chunks cost a wave: their texts (UTF-8 bytes), vectors and bookkeeping."""
+    if table.height == 0:
+        return 0
+    text = int(table.get_column("embed_text").str.len_bytes().sum() or 0)
+    return text + table.height * (max(dims, 1) * 4 + _ROW_BYTES)
 
 
 def _embed_wave(settings, provider, ident, hooks, wave: list[tuple[str, pl.DataFrame]], counts: EmbedCounts, per_shard) -> list[tuple[str, pl.DataFrame]]:

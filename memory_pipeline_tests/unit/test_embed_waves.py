@@ -60,8 +60,8 @@ def chunked(tmp_path: Path):
 
 
 def _wave_of(monkeypatch, chunks: int, dims: int) -> None:
-    """Waves of about ``chunks`` chunks."""
-    monkeypatch.setattr(embed_stage, "WAVE_BYTES", chunks * (dims * 4 + embed_stage._TEXT_BYTES))
+    """Waves of at most about ``chunks`` chunks (their texts count too)."""
+    monkeypatch.setattr(embed_stage, "WAVE_BYTES", chunks * (dims * 4 + embed_stage._ROW_BYTES))
 
 
 def _no_cache(settings):
@@ -209,3 +209,36 @@ def test_a_primary_failing_in_a_later_wave_hands_over_to_the_fallback(tmp_path: 
     usage = [json.loads(line) for line in storage.of(settings).read_lines(storage.USAGE)]
     assert sum(u["chunks"] for u in usage if u["provider"] == "openai" and not u.get("batch")) == sent
     assert sum(u["chunks"] for u in usage if u["provider"] == "ollama") == NOTES
+
+
+def _shard_frame(n: int, text_len: int):
+    import polars as pl
+
+    return pl.DataFrame(
+        {
+            "content_hash": [f"h{text_len}-{i}" for i in range(n)],
+            "embed_text": ["x" * text_len] * n,
+            "tokens": [text_len // 4] * n,
+            "media_file": [None] * n,
+            "mime_type": ["text/markdown"] * n,
+            "source": ["notes"] * n,
+        },
+        schema_overrides={"media_file": pl.Utf8},
+    )
+
+
+def test_a_wave_counts_the_bytes_of_its_texts():
+    """Long chunks fill a wave sooner than short ones: a wave is sized by its texts' bytes, not
+    by a count (10,000 notes of one long chunk each were one wave of 64 MiB, and the run's peak
+    RSS followed the folder's size)."""
+    dims, cap = 384, 200 * (384 * 4 + embed_stage._ROW_BYTES)
+    short = {f"{i:02x}": _shard_frame(50, 10) for i in range(8)}
+    long = {f"{i:02x}": _shard_frame(50, 8000) for i in range(8)}
+    short_waves = [[s for s, _ in w] for w in embed_stage._waves(short, cap, dims)]
+    long_waves = [[s for s, _ in w] for w in embed_stage._waves(long, cap, dims)]
+    assert [s for w in short_waves for s in w] == [s for w in long_waves for s in w] == list(short)  # every shard once, in order
+    assert len(short_waves) == 2  # 4 shards of 50 short chunks make 200 chunks' worth
+    assert len(long_waves) == 8  # 50 chunks of 8,000 bytes already exceed the cap: a shard per wave
+    assert [[s for s, _ in w] for w in embed_stage._waves(long, None, dims)] == [list(long)]  # no cap: one wave
+    assert embed_stage._wave_bytes(_shard_frame(0, 10), dims) == 0
+    assert embed_stage._wave_bytes(_shard_frame(3, 100), dims) == 3 * (100 + 384 * 4 + embed_stage._ROW_BYTES)
