@@ -268,6 +268,39 @@ def test_ann_index_is_built_above_the_threshold_and_measured(tmp_path: Path):
     assert report["ann"] == "current" and report["ann_recall_at_10"] >= 0.9
 
 
+def test_an_hnsw_index_is_built_in_partitions_of_bounded_rows(tmp_path: Path, monkeypatch):
+    """The HNSW graph of a partition is built whole in memory: a large table's index is split into
+    partitions of at most HNSW_PARTITION_ROWS rows (LanceDB's default puts a million in one,
+    2.4 GB of RSS to build), and probing every partition keeps the recall."""
+    from memory_pipeline.stores import lance
+
+    assert lance.hnsw_partitions(1) == 1 and lance.hnsw_partitions(lance.HNSW_PARTITION_ROWS) == 1
+    assert lance.hnsw_partitions(lance.HNSW_PARTITION_ROWS + 1) == 2 and lance.hnsw_partitions(1_000_000) == 16
+    monkeypatch.setattr(lance, "HNSW_PARTITION_ROWS", 1000)
+    dims, n = 32, 3000
+    rng = np.random.default_rng(0)
+    vecs = rng.normal(size=(n, dims)).astype(np.float32)  # no clusters: a point's neighbours lie in several partitions
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    store = VectorStore(str(tmp_path / "lancedb"), "memory_vectors")
+    meta = {"provider": "test", "model": "test", "dims": dims, "provider_key": "k"}
+    store.ensure(dims, meta)
+    schema = table_schema(dims, meta)
+    rows = {f.name: [None] * n for f in schema}
+    rows.update(chunk_id=[f"c{i}" for i in range(n)], doc_id=[f"s:d{i}" for i in range(n)], text=[f"t{i}" for i in range(n)])
+    rows["vector"] = pa.FixedSizeListArray.from_arrays(pa.array(vecs.reshape(-1), type=pa.float32()), dims)
+    store.open().add(pa.table(rows, schema=schema))
+    ann = AnnConfig(min_rows=1000, index_type="IVF_HNSW_SQ", nprobes=20)
+    built = store.ensure_ann(ann)
+    assert built["ann"] == "built" and built["ann_partitions"] == 3
+    stats = store.open().index_stats(store.vector_index().name)
+    assert stats.num_indexed_rows == n
+    recall = store.ann_recall(ann, queries=40)
+    assert recall is not None and recall >= 0.9
+    # The partitions are there: probing one of the three loses neighbours that probing all finds.
+    one = store.ann_recall(AnnConfig(min_rows=1000, index_type="IVF_HNSW_SQ", nprobes=1), queries=40)
+    assert one is not None and one < recall
+
+
 def test_folds_of_new_rows_add_delta_indices_until_the_ann_index_is_trained_again(tmp_path: Path):
     """Each optimize folds new rows in as a delta vector index that every query searches; past
     ANN_MAX_DELTAS the index is trained again as one (the server folds after each burst of writes)."""
