@@ -242,12 +242,9 @@ def test_eval_reports_abstention_of_answerable_and_no_answer_queries(tmp_path: P
     assert "abstain" in text and "no-ans" in text and "0.0%" in text
 
 
-def test_ann_index_is_built_above_the_threshold_and_measured(tmp_path: Path):
-    dims, n = 32, 3000
-    rng = np.random.default_rng(0)
-    centers = rng.normal(size=(60, dims)).astype(np.float32)
-    vecs = centers[rng.integers(0, 60, n)] + 0.15 * rng.normal(size=(n, dims)).astype(np.float32)
-    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+def _store_of(tmp_path: Path, vecs: np.ndarray) -> VectorStore:
+    """A table of one chunk per vector (unit length, float32)."""
+    n, dims = vecs.shape
     store = VectorStore(str(tmp_path / "lancedb"), "memory_vectors")
     meta = {"provider": "test", "model": "test", "dims": dims, "provider_key": "k"}
     store.ensure(dims, meta)
@@ -256,6 +253,16 @@ def test_ann_index_is_built_above_the_threshold_and_measured(tmp_path: Path):
     rows.update(chunk_id=[f"c{i}" for i in range(n)], doc_id=[f"s:d{i}" for i in range(n)], text=[f"t{i}" for i in range(n)])
     rows["vector"] = pa.FixedSizeListArray.from_arrays(pa.array(vecs.reshape(-1), type=pa.float32()), dims)
     store.open().add(pa.table(rows, schema=schema))
+    return store
+
+
+def test_ann_index_is_built_above_the_threshold_and_measured(tmp_path: Path):
+    dims, n = 32, 3000
+    rng = np.random.default_rng(0)
+    centers = rng.normal(size=(60, dims)).astype(np.float32)
+    vecs = centers[rng.integers(0, 60, n)] + 0.15 * rng.normal(size=(n, dims)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    store = _store_of(tmp_path, vecs)
     ann = AnnConfig(min_rows=5000, index_type="IVF_HNSW_SQ", nprobes=20)
     assert store.ensure_ann(ann)["ann"] == "exact"  # below the threshold: exact search
     low = AnnConfig(min_rows=1000, index_type="IVF_HNSW_SQ", nprobes=20)
@@ -281,14 +288,7 @@ def test_an_hnsw_index_is_built_in_partitions_of_bounded_rows(tmp_path: Path, mo
     rng = np.random.default_rng(0)
     vecs = rng.normal(size=(n, dims)).astype(np.float32)  # no clusters: a point's neighbours lie in several partitions
     vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
-    store = VectorStore(str(tmp_path / "lancedb"), "memory_vectors")
-    meta = {"provider": "test", "model": "test", "dims": dims, "provider_key": "k"}
-    store.ensure(dims, meta)
-    schema = table_schema(dims, meta)
-    rows = {f.name: [None] * n for f in schema}
-    rows.update(chunk_id=[f"c{i}" for i in range(n)], doc_id=[f"s:d{i}" for i in range(n)], text=[f"t{i}" for i in range(n)])
-    rows["vector"] = pa.FixedSizeListArray.from_arrays(pa.array(vecs.reshape(-1), type=pa.float32()), dims)
-    store.open().add(pa.table(rows, schema=schema))
+    store = _store_of(tmp_path, vecs)
     ann = AnnConfig(min_rows=1000, index_type="IVF_HNSW_SQ", nprobes=20)
     built = store.ensure_ann(ann)
     assert built["ann"] == "built" and built["ann_partitions"] == 3
