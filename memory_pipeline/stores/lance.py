@@ -502,14 +502,14 @@ class VectorStore:
         def build():
             from lancedb.index import IvfFlat, IvfHnswSq, IvfPq
 
-            out: dict = {"ann": "built", "ann_index_type": ann.index_type}
-            if ann.index_type == "IVF_HNSW_SQ":
-                out["ann_partitions"] = hnsw_partitions(rows)
-                config = IvfHnswSq(distance_type="cosine", num_partitions=out["ann_partitions"])
+            partitions = hnsw_partitions(rows) if ann.index_type == "IVF_HNSW_SQ" else None
+            if partitions is not None:
+                config = IvfHnswSq(distance_type="cosine", num_partitions=partitions)
             else:
                 config = {"IVF_PQ": IvfPq, "IVF_FLAT": IvfFlat}[ann.index_type](distance_type="cosine")
             table.create_index("vector", config=config, replace=True)
-            return out | {"ann_build_s": round(time.perf_counter() - started, 2)}
+            out = {"ann": "built", "ann_index_type": ann.index_type, "ann_build_s": round(time.perf_counter() - started, 2)}
+            return out if partitions is None else out | {"ann_partitions": partitions}
 
         return _with_conflict_retry(table, build, f"building the vector index of {self.table_name}")
 
