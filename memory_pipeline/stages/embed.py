@@ -129,6 +129,8 @@ def _waves(chunks: Mapping[str, pl.DataFrame], cap: int | None, dims: int) -> It
 
 def _wave_bytes(table: pl.DataFrame, dims: int) -> int:
     """What a shard's chunks cost a wave: their texts (UTF-8 bytes), vectors and bookkeeping."""
+    if table.height == 0:
+        return 0  # an empty frame's text column may have no string type to measure
     text = int(table.get_column("embed_text").str.len_bytes().sum() or 0)
     return text + table.height * (max(dims, 1) * 4 + _ROW_BYTES)
 
