@@ -11,7 +11,8 @@ with the searcher's full-text leg on the calling thread (nothing overlaps), thro
 ``WarmSearcher`` (so a table that changes meanwhile is followed as the server follows it), and
 charges each LanceDB call's process CPU time (``time.process_time``, every thread of this
 process) to its kind: the vector query, a full-text query by column (``IN`` when restricted to a
-list of documents), a take by row id. Run it on a copy of a table taken at the moment a server
+list of documents), a take by row id, the full-text leg answered in memory (``TextIndex``, on tables
+it fits; the server loads it at start-up, as this does). Run it on a copy of a table taken at the moment a server
 slowed down to see what changed (issue 14: the writers' phase of ``bench_service.py``).
 
 Reports CPU per search, per kind (ms per search and calls per search), and writes them to
@@ -82,6 +83,20 @@ def main() -> int:
 
     lanceaio.run = timed_run  # the searcher and the full-text leg call it through the module
 
+    import memory_pipeline.search.searcher as searcher_mod
+
+    doc_leg = searcher_mod.doc_leg
+
+    def timed_doc_leg(*a, **kw):  # the full-text leg answered in memory (``TextIndex``: tables it fits)
+        start = time.process_time()
+        try:
+            return doc_leg(*a, **kw)
+        finally:
+            cpu["full text in memory (TextIndex)"] += time.process_time() - start
+            calls["full text in memory (TextIndex)"] += 1
+
+    searcher_mod.doc_leg = timed_doc_leg
+
     from memory_pipeline.errors import MemoryPipelineError
 
     try:
@@ -95,6 +110,7 @@ def main() -> int:
     if not queries:
         print("[ERROR] no queries to run", file=sys.stderr)
         return 2
+    warm.warm()  # as the server does at start-up: the model, and the vectors and full-text statistics in memory where they fit
 
     timed: set[int] = set()  # providers whose query embedding is timed already (a new generation brings another)
 

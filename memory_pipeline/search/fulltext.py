@@ -131,6 +131,27 @@ class TextLeg:
             return min(1.0, sum(got.values()) / total)
         return min(1.0, sum(min(v, self.weights[t]) for t, v in got.items()) / total)
 
+    def strengths(self, items: Iterable[tuple[str, str]]) -> list[tuple[float, float]]:
+        """``(strength(doc), chunk_strength(chunk))`` of each ``(chunk id, document id)``, the
+        totals summed once (a query at ``memory eval``'s depth scores about a thousand candidates)."""
+        total = self.total
+        chunk_weights = self.chunk_weights or self.weights
+        chunk_total = sum(chunk_weights.values())
+        docs, chunks, weights, doc_level = self._docs, self.chunk_terms, self.weights, self.doc_level
+        out = []
+        for cid, doc in items:
+            got = docs.get(doc)
+            if not got or total <= 0:
+                st = 0.0
+            elif doc_level:
+                st = min(1.0, sum(got.values()) / total)
+            else:
+                st = min(1.0, sum(min(v, weights[t]) for t, v in got.items()) / total)
+            own = chunks.get(cid)
+            sc = min(1.0, sum(min(v, chunk_weights.get(t, 0.0)) for t, v in own.items()) / chunk_total) if own and chunk_total > 0 else 0.0
+            out.append((st, sc))
+        return out
+
     def coverage(self, doc_id: str) -> float:
         """The share of the query's terms the document holds at all (Lucene's classic ``coord``; not
         part of the score, see the class docstring)."""

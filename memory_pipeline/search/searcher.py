@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, date, datetime
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +40,7 @@ from memory_pipeline.search.scoring import (
 )
 from memory_pipeline.search.snippets import make_snippet
 from memory_pipeline.search.syntax import ParsedQuery, parse_query
+from memory_pipeline.search.textindex import Analyzer, EncodeCache, TextIndex, doc_leg, serves
 from memory_pipeline.settings import FUSIONS, Settings, load_settings
 from memory_pipeline.stores import generations
 from memory_pipeline.stores.lance import DOC_FTS_COLUMN, FTS_COLUMN, VectorStore
@@ -52,6 +54,10 @@ LIGHT_MIN_ROWS = 100
 # A table whose vectors fit in this many bytes is searched exactly in memory (``FlatVectors``) by a
 # searcher that answers more than one query: 43k chunks of 384 dimensions, 10k of 1,536.
 FLAT_MAX_BYTES = 64 * 2**20
+# A table of at most this many chunks gets its full-text statistics in memory (``TextIndex``) once a
+# searcher asks a second query of a version: at SciFact's 14k chunks (5k long documents) 70 MB and
+# 3 s of one thread to build from nothing, a new version's new texts only after that.
+TEXT_INDEX_MAX_ROWS = 100_000
 _FLAT = "\0flat"  # on a row the in-memory vectors found: their version (the row ids are that version's)
 _IDS = ["chunk_id", "doc_id"]  # what a leg reads of a row before the rows kept are taken whole
 # What ranking reads of a row when nothing in the query needs its text (media notes, the order's
@@ -234,12 +240,18 @@ class FlatVectors:
         ranks = {c: found.column(c).to_pylist() for c in extra}
         return cls(version, ids, {c: i for i, c in enumerate(ids)}, matrix, found.column("_rowid").to_numpy(), docs, ranks)
 
+    @cached_property
+    def _rank_rows(self) -> tuple[tuple[str, ...], list[tuple]]:
+        """``rank_columns`` by row: a row's dict is one ``zip`` (a thousand candidates a query at depth)."""
+        return tuple(self.rank_columns), list(zip(*self.rank_columns.values()))
+
     def rank_row(self, chunk_id: str) -> dict | None:
         """The chunk's ``_RANK_COLUMNS``, when they were loaded with the vectors."""
         i = self.position.get(chunk_id)
         if i is None or not self.rank_columns:
             return None
-        row = {name: values[i] for name, values in self.rank_columns.items()}
+        names, values = self._rank_rows
+        row = dict(zip(names, values[i]))
         row["chunk_id"] = chunk_id
         row["doc_id"] = self.doc_ids[i]
         return row
@@ -287,6 +299,76 @@ class MemorySearcher:
         self._asked: tuple[int, int] = (-1, 0)  # (table version, queries asked of it)
         self._flat_failed = -1  # a table version whose vectors could not be read or taken
         self._taken_vectors = VectorCache()  # vectors taken from the table (tables over FLAT_MAX_BYTES)
+        self._text: TextIndex | None = None  # the full-text statistics of one table version in memory
+        self._text_lock = threading.Lock()  # one build at a time
+        self._text_asked: tuple[int, int] = (-1, 0)  # (table version, queries asked of it) for the full-text index
+        self._text_failed = -1  # a table version whose texts could not be read (or cannot be analysed here)
+        self._text_cache: EncodeCache | None = None  # each text's terms, from one version's build to the next
+        self._text_thread: threading.Thread | None = None
+
+    def warm(self) -> None:
+        """Load now what a long-lived searcher otherwise loads from its second query of a table
+        version: the vectors in memory (``FlatVectors``) and the full-text statistics
+        (``TextIndex``), each when the table fits them. ``memory eval`` calls it before timing
+        queries, the server at start-up."""
+        if self.table is None:
+            return
+        layout = self._table_layout()
+        if self.dims:
+            self._asked = (layout[0], max(self._asked[1], 1) if self._asked[0] == layout[0] else 1)
+            self._flat_vectors(layout)
+        self._build_text(layout)
+
+    def _text_index(self, layout: tuple[int, int, int]) -> TextIndex | None:
+        """The in-memory full-text statistics of this table version, when they are loaded; from the
+        second query asked of a version on, their build starts in the background (queries ask
+        LanceDB meanwhile, and always on a table over ``TEXT_INDEX_MAX_ROWS`` or without document
+        texts). Like ``FlatVectors``, a one-query searcher (the CLI's) never builds them."""
+        version, rows, docs = layout
+        index = self._text
+        if index is not None and index.version == version:
+            return index
+        if not docs or rows > TEXT_INDEX_MAX_ROWS or version == self._text_failed:
+            return None
+        with self._text_lock:
+            asked_version, asked = self._text_asked
+            if asked_version > version:
+                return None
+            self._text_asked = (version, asked + 1 if asked_version == version else 1)
+            if self._text_asked[1] < 2 or (self._text_thread is not None and self._text_thread.is_alive()):
+                return None
+            thread = threading.Thread(target=self._build_text, args=(layout,), name="memory-text-index", daemon=True)
+            self._text_thread = thread
+        thread.start()
+        return None
+
+    def _build_text(self, layout: tuple[int, int, int]) -> None:
+        """Build the ``TextIndex`` of ``layout``'s version (see ``_text_index``); a failure leaves the
+        searcher asking LanceDB for that version."""
+        version, rows, docs = layout
+        if self.table is None or not docs or rows > TEXT_INDEX_MAX_ROWS:
+            return
+        index = self._text
+        if index is not None and index.version >= version:
+            return
+        try:
+            if self._text_cache is None:
+                fts = self.settings.fts
+                self._text_cache = EncodeCache(Analyzer(language=fts.language, stem=fts.stem, ascii_folding=fts.ascii_folding))
+            built = TextIndex.build(
+                self.table, version, chunk_column=FTS_COLUMN, doc_column=DOC_FTS_COLUMN, analyzer=self._text_cache.analyzer, cache=self._text_cache
+            )
+        except (ValueError, RuntimeError, OSError, ImportError) as err:
+            log.info("the table's full-text statistics could not be loaded into memory (%s): asking LanceDB", err)
+            self._text_failed = version
+            return
+        if built is None:
+            if int(self.table.version) == version:  # not a moved handle: texts this index cannot analyse
+                self._text_failed = version
+            return
+        index = self._text
+        if index is None or index.version < version:
+            self._text = built
 
     def options(self, **kw) -> QueryOptions:
         """One query's options: the knobs given (None means unset), the rest from ``settings.query``."""
@@ -382,8 +464,14 @@ class MemorySearcher:
         # leg searched (torch and LanceDB release the GIL): hybrid costs the slower leg, not both.
         # Both legs read ids and scores only where they can; the rows kept are taken afterwards
         # in one round trip by row id (``_full_rows``).
-        doc_query = self._doc_query(parsed, layout) if mode in ("hybrid", "fts") else None
-        fts_future = self._executor().submit(self._fts, parsed, where, pool, layout, query=doc_query) if mode in ("hybrid", "fts") else None
+        # A query of plain words on a table whose full-text statistics are in memory: the whole
+        # full-text leg there (``textindex``), no query to LanceDB.
+        text_index = self._text_index(layout) if mode in ("hybrid", "fts") and serves(parsed, where) else None
+        in_memory = doc_leg(text_index, parsed, limit=pool) if text_index is not None else None
+        doc_query = self._doc_query(parsed, layout) if mode in ("hybrid", "fts") and in_memory is None else None
+        fts_future = (
+            self._executor().submit(self._fts, parsed, where, pool, layout, query=doc_query) if mode in ("hybrid", "fts") and in_memory is None else None
+        )
         qvec = native
         vector_text = parsed.vector_text
         if qvec is None and self.provider is not None and mode != "fts" and vector_text:
@@ -411,7 +499,7 @@ class MemorySearcher:
                 asked = list(dict.fromkeys(r.get("doc_id") or r["chunk_id"] for r in rows))
                 sums = self._executor().submit(doc_query.sums, asked, where)
 
-        leg: TextLeg | None = None
+        leg: TextLeg | None = in_memory
         if fts_future is not None:
             try:
                 leg = fts_future.result()
@@ -461,18 +549,19 @@ class MemorySearcher:
             if leg.doc_level:
                 # Every candidate gets its document's exact whole-document BM25, vector hits included.
                 leg.complete((c.row.get("doc_id") or cid for cid, c in candidates.items()), known=known, asked=asked)
-            for cid, cand in candidates.items():
-                doc = cand.row.get("doc_id") or cid
-                if leg.doc_level:
-                    cand.st = leg.strength(doc)
-                    cand.st_chunk = leg.chunk_strength(cid)
-                elif cid in leg.rows:
-                    cand.st = leg.strength(doc)
-                    cand.st_chunk = leg.chunk_strength(cid)
-                elif leg.doc_terms(doc):
-                    cand.st = leg.strength(doc)  # another chunk of its document holds the words
-                else:
-                    cand.st = leg.estimate(haystack(cand.row))
+                pairs = [(cid, c.row.get("doc_id") or cid) for cid, c in candidates.items()]
+                for cand, (st, st_chunk) in zip(candidates.values(), leg.strengths(pairs)):
+                    cand.st, cand.st_chunk = st, st_chunk
+            else:
+                for cid, cand in candidates.items():
+                    doc = cand.row.get("doc_id") or cid
+                    if cid in leg.rows:
+                        cand.st = leg.strength(doc)
+                        cand.st_chunk = leg.chunk_strength(cid)
+                    elif leg.doc_terms(doc):
+                        cand.st = leg.strength(doc)  # another chunk of its document holds the words
+                    else:
+                        cand.st = leg.estimate(haystack(cand.row))
         elif mode == "fts":
             return []
 

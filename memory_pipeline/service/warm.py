@@ -67,6 +67,7 @@ class WarmSearcher:
         searcher = self.get()
         if searcher.provider is not None:
             searcher.provider.embed_query("warm up")
+        searcher.warm()  # the vectors and full-text statistics in memory, when the table fits them
 
     def _refreshed(self, searcher):
         from memory_pipeline.search import MemorySearcher

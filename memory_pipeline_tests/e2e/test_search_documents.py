@@ -141,8 +141,11 @@ def test_an_index_run_with_nothing_changed_upgrades_an_old_table(tmp_path):
 def test_a_word_asked_again_costs_no_query_until_the_table_changes(tmp_path, monkeypatch):
     """A long-lived searcher keeps each word's best whole-document score (``TermWeights``): the
     same query again sends no per-word query and ranks the same; after a commit the weights are
-    measured again on the new version."""
+    measured again on the new version (a table too large for ``TextIndex``, which needs no query at all)."""
     import memory_pipeline.search.fulltext as fulltext
+    import memory_pipeline.search.searcher as searcher_mod
+
+    monkeypatch.setattr(searcher_mod, "TEXT_INDEX_MAX_ROWS", 0)
 
     settings = _index(tmp_path)
     searcher = MemorySearcher(settings)

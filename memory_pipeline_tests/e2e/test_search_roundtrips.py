@@ -124,6 +124,8 @@ def test_hybrid_reads_ids_takes_the_kept_rows_once_and_measures_vector_hits_mean
     document scores afterwards, score for score, in every mode."""
     if not in_memory:  # every query's vector leg is LanceDB's (ids and distances only)
         monkeypatch.setattr(searcher_mod, "FLAT_MAX_BYTES", 0)
+    # The full-text leg's round trips to LanceDB (``TextIndex``, which sends none, is test_search_text_index.py's).
+    monkeypatch.setattr(searcher_mod, "TEXT_INDEX_MAX_ROWS", 0)
     searcher = MemorySearcher(indexed)
     assert searcher._table_layout()[2]  # every document has its document text
     lookups: list[int] = []
