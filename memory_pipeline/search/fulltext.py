@@ -113,6 +113,13 @@ class TextLeg:
     chunk_weights: dict[str, float] = field(default_factory=dict)
     doc_level: bool = False
     _completer: Callable[..., dict[str, float]] | None = None
+    # Document level, answered in memory (``textindex.doc_leg``): every document's summed score at
+    # once, so ``strengths`` reads any candidate's without ``complete``.
+    _every_doc: Callable[[list[str]], list[float]] | None = None
+
+    @property
+    def scores_every_document(self) -> bool:
+        return self._every_doc is not None
 
     @property
     def total(self) -> float:
@@ -138,6 +145,16 @@ class TextLeg:
         chunk_weights = self.chunk_weights or self.weights
         chunk_total = sum(chunk_weights.values())
         docs, chunks, weights, doc_level = self._docs, self.chunk_terms, self.weights, self.doc_level
+        if self._every_doc is not None:
+            items = list(items)
+            sums = self._every_doc([doc for _, doc in items])
+            cw = chunk_weights.get(SUM_KEY, 0.0)
+            out = []
+            for (cid, _), got in zip(items, sums):
+                own = chunks.get(cid)
+                sc = min(1.0, min(own.get(SUM_KEY, 0.0), cw) / chunk_total) if own and chunk_total > 0 else 0.0
+                out.append((min(1.0, got / total) if total > 0 and got > 0 else 0.0, sc))
+            return out
         out = []
         for cid, doc in items:
             got = docs.get(doc)

@@ -8,6 +8,7 @@ turns them into ``SearchResult`` rows with a snippet (``snippets``).
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Iterable, Mapping, Sequence
@@ -210,6 +211,20 @@ class VectorCache:
         return len(self._lru)
 
 
+@functools.cache
+def _one_blas_thread() -> None:
+    """NumPy's BLAS on one thread in a process that holds vectors in memory (``FlatVectors``). A
+    query's product over them is bound by memory, not arithmetic: on SciFact's 13,987 vectors a
+    second thread saved 0.5 ms of a query's 17 at memory eval's depth (three runs each,
+    embedding excluded) and doubled its CPU (17 -> 30-37 ms), its threads spinning after every
+    product on the cores a server's other searches need."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # scikit-learn's dependency, pinned in requirements.lock; without it the default stays
+        return
+    threadpool_limits(1, user_api="blas")
+
+
 @dataclass(frozen=True)
 class FlatVectors:
     """Every chunk vector of one table version in one (rows, dims) matrix: the vector leg's exact
@@ -231,6 +246,7 @@ class FlatVectors:
 
     @classmethod
     def load(cls, table, version: int, dims: int) -> FlatVectors:
+        _one_blas_thread()
         extra = [c for c in _RANK_COLUMNS if c not in ("chunk_id", "doc_id")]
         found = table.search().with_row_id(True).select(["chunk_id", "doc_id", "vector", *extra]).limit(None).to_arrow()
         ids = found.column("chunk_id").to_pylist()
@@ -241,27 +257,31 @@ class FlatVectors:
         return cls(version, ids, {c: i for i, c in enumerate(ids)}, matrix, found.column("_rowid").to_numpy(), docs, ranks)
 
     @cached_property
-    def _rank_rows(self) -> tuple[tuple[str, ...], list[tuple]]:
-        """``rank_columns`` by row: a row's dict is one ``zip`` (a thousand candidates a query at depth)."""
-        return tuple(self.rank_columns), list(zip(*self.rank_columns.values()))
+    def _rank_rows(self) -> list[dict]:
+        """Each chunk's ``_RANK_COLUMNS`` as a dict, made once: a query copies those of its
+        candidates (about a thousand at memory eval's depth; 13,987 dicts of 6 keys for SciFact)."""
+        names = list(self.rank_columns)
+        return [dict(zip(names, values), chunk_id=c, doc_id=d) for c, d, *values in zip(self.ids, self.doc_ids, *self.rank_columns.values())]
 
     def rank_row(self, chunk_id: str) -> dict | None:
         """The chunk's ``_RANK_COLUMNS``, when they were loaded with the vectors."""
         i = self.position.get(chunk_id)
         if i is None or not self.rank_columns:
             return None
-        names, values = self._rank_rows
-        row = dict(zip(names, values[i]))
-        row["chunk_id"] = chunk_id
-        row["doc_id"] = self.doc_ids[i]
-        return row
+        return self._rank_rows[i].copy()
 
-    def nearest(self, qvec: np.ndarray, k: int) -> list[tuple[int, float]]:
-        """(position, cosine) of the ``k`` chunks nearest ``qvec``, nearest first."""
+    def similarities(self, qvec: np.ndarray) -> np.ndarray:
+        """The cosine of ``qvec`` and every chunk, by position."""
+        return self.matrix @ np.asarray(qvec, dtype=np.float32)
+
+    def nearest(self, qvec: np.ndarray, k: int, *, sims: np.ndarray | None = None) -> list[tuple[int, float]]:
+        """(position, cosine) of the ``k`` chunks nearest ``qvec``, nearest first (``sims``: its
+        ``similarities``, when computed already)."""
         n = len(self.ids)
         if n == 0 or k <= 0:
             return []
-        sims = self.matrix @ np.asarray(qvec, dtype=np.float32)
+        if sims is None:
+            sims = self.similarities(qvec)
         k = min(k, n)
         if k < n:  # the k best; of those tied with the k-th, the first by position
             kth = np.partition(sims, n - k)[n - k]
@@ -489,8 +509,9 @@ class MemorySearcher:
 
         sums: Future | None = None
         asked: list[str] = []
+        flat_sims: np.ndarray | None = None  # the query's similarity to every chunk, when the in-memory vectors answered
         if mode in ("hybrid", "vector") and qvec is not None:
-            rows, vecs = self._vector_rows(qvec, where, parsed, pool, layout, with_vectors=opts.mmr)
+            rows, vecs, flat_sims = self._vector_rows(qvec, where, parsed, pool, layout, with_vectors=opts.mmr)
             for row, vec in zip(rows, vecs):
                 candidates[row["chunk_id"]] = Candidate(row, sv=max(0.0, 1.0 - float(row["_distance"])), vector=vec)
             if doc_query is not None and doc_query.terms and rows:  # a document query: the table has document texts
@@ -526,6 +547,14 @@ class MemorySearcher:
         # more rows to take than a second take of the results' whole rows costs.
         flat = self._flat
         served = flat is not None and flat.version == layout[0] and bool(flat.rank_columns)
+        # The full-text hits' vector scores from the similarities the vector leg computed over
+        # every chunk: no vectors taken or stacked (only MMR compares the vectors themselves).
+        if flat_sims is not None and flat is not None and flat.version == layout[0] and not opts.mmr:
+            at = [flat.position.get(cid) for cid in fts_only]
+            if None not in at:  # always, on one version's vectors
+                for cid, sim in zip(fts_only, np.maximum(flat_sims[np.asarray(at, dtype=np.int64)], 0.0).tolist()):
+                    candidates[cid].sv = sim
+                want_vectors = False
         # Nothing read of the rows at all: a take of a few rows costs per column (at 100k chunks
         # 10.0 ms of CPU for 48 rows with every column, 5.7 ms for 6), so the shown rows alone are taken.
         bare = top is not None and not needs_text and not served and opts.recency_half_life_days <= 0
@@ -547,8 +576,10 @@ class MemorySearcher:
                 candidates[cid].vector = vec
         if leg is not None:
             if leg.doc_level:
-                # Every candidate gets its document's exact whole-document BM25, vector hits included.
-                leg.complete((c.row.get("doc_id") or cid for cid, c in candidates.items()), known=known, asked=asked)
+                # Every candidate gets its document's exact whole-document BM25, vector hits included
+                # (an in-memory leg holds every document's already).
+                if not leg.scores_every_document:
+                    leg.complete((c.row.get("doc_id") or cid for cid, c in candidates.items()), known=known, asked=asked)
                 pairs = [(cid, c.row.get("doc_id") or cid) for cid, c in candidates.items()]
                 for cand, (st, st_chunk) in zip(candidates.values(), leg.strengths(pairs)):
                     cand.st, cand.st_chunk = st, st_chunk
@@ -580,9 +611,10 @@ class MemorySearcher:
 
     def _vector_rows(
         self, qvec: np.ndarray, where: str | None, parsed: ParsedQuery, pool: int, layout: tuple[int, int, int], *, with_vectors: bool = True
-    ) -> tuple[list[dict], Sequence[np.ndarray | None]]:
+    ) -> tuple[list[dict], Sequence[np.ndarray | None], np.ndarray | None]:
         """The vector leg: nearest chunks, within the filters and the query's required/excluded
-        clauses; their vectors too when ``with_vectors`` (MMR compares them), else None each."""
+        clauses; their vectors too when ``with_vectors`` (MMR compares them), else None each; and
+        when the in-memory vectors answered, the query's similarity to every chunk of their version."""
         constraint = parsed.sql_filter(FTS_COLUMN)
         full_where = " AND ".join(f"({w})" for w in (where, constraint) if w) or None
 
@@ -610,9 +642,9 @@ class MemorySearcher:
         rows = _rows_of(found, self.dims)
         vecs: list[np.ndarray | None] = [r.pop("vector", None) for r in rows]
         if not parsed.constrains:
-            return rows, vecs
+            return rows, vecs, None
         keep = [i for i, r in enumerate(rows) if parsed.accepts(haystack(r))]
-        return [rows[i] for i in keep], [vecs[i] for i in keep]
+        return [rows[i] for i in keep], [vecs[i] for i in keep], None
 
     def _flat_vectors(self, layout: tuple[int, int, int]) -> FlatVectors | None:
         """The table's vectors in memory, for a table that fits ``FLAT_MAX_BYTES``, from the second
@@ -652,18 +684,20 @@ class MemorySearcher:
         finally:
             self._flat_lock.release()
 
-    def _flat_rows(self, flat: FlatVectors, qvec: np.ndarray, pool: int) -> tuple[list[dict], list[np.ndarray]] | None:
+    def _flat_rows(self, flat: FlatVectors, qvec: np.ndarray, pool: int) -> tuple[list[dict], list[np.ndarray], np.ndarray] | None:
         """The vector leg from ``flat``: the nearest chunks as ids, row ids and distances (their
-        rows are taken with the full-text leg's, ``_full_rows``) and their vectors; None when the
-        table handle moved to another version meanwhile (the row ids are ``flat``'s)."""
-        hits = flat.nearest(qvec, pool)
+        rows are taken with the full-text leg's, ``_full_rows``), their vectors, and the query's
+        similarity to every chunk (the full-text hits' vector scores are read there); None when
+        the table handle moved to another version meanwhile (the row ids are ``flat``'s)."""
+        sims = flat.similarities(qvec)
+        hits = flat.nearest(qvec, pool, sims=sims)
         assert self.table is not None
         if int(self.table.version) != flat.version:
             return None
         rows = [
             {"chunk_id": flat.ids[i], "doc_id": flat.doc_ids[i], "_rowid": int(flat.row_ids[i]), "_distance": 1.0 - sim, _FLAT: flat.version} for i, sim in hits
         ]
-        return rows, [flat.matrix[i] for i, _ in hits]
+        return rows, [flat.matrix[i] for i, _ in hits], sims
 
     def _native_query_vector(self, media: Sequence[tuple[str, str]]) -> np.ndarray | None:
         """The query files' own vector (media bytes embedded natively), when this index has native media vectors."""

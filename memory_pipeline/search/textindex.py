@@ -325,6 +325,13 @@ def doc_leg(index: TextIndex, parsed: Any, *, limit: int) -> Any:
         leg._docs[d] = {SUM: s}
     position = index.doc_position
     leg._completer = lambda docs: {d: float(scores[p]) for d in docs if (p := position.get(d)) is not None and scores[p] > 0}
+    padded = np.append(scores, np.float32(0.0))  # the last: a document the index does not hold
+
+    def every_doc(docs: list[str]) -> list[float]:
+        missing = len(scores)
+        return padded[np.fromiter((position.get(d, missing) for d in docs), np.int64, len(docs))].tolist()
+
+    leg._every_doc = every_doc
     if not doc_ids:
         return leg
     # The chunks to show: the best 2 x ``limit`` chunks of those documents by their own BM25.

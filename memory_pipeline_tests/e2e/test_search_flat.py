@@ -386,3 +386,15 @@ def test_vector_cache_stays_within_its_bytes():
     got = cache.get_many(["c25"])["c25"]
     assert got.base is None or got.base is not big  # a copy: the take it came from is not kept alive
     assert not got.flags.writeable
+
+
+def test_a_searcher_holding_vectors_runs_blas_on_one_thread(indexed):
+    """The products over the in-memory vectors are bound by memory: a second BLAS thread only
+    spins on the cores the server's other searches need (``_one_blas_thread``)."""
+    from threadpoolctl import threadpool_info
+
+    searcher = MemorySearcher(indexed)
+    searcher.warm()
+    assert searcher._flat is not None
+    blas = [p for p in threadpool_info() if p["user_api"] == "blas"]
+    assert blas and all(p["num_threads"] == 1 for p in blas)
