@@ -55,10 +55,11 @@ LIGHT_MIN_ROWS = 100
 # A table whose vectors fit in this many bytes is searched exactly in memory (``FlatVectors``) by a
 # searcher that answers more than one query: 43k chunks of 384 dimensions, 10k of 1,536.
 FLAT_MAX_BYTES = 64 * 2**20
-# A table of at most this many chunks gets its full-text statistics in memory (``TextIndex``) once a
-# searcher asks a second query of a version: at SciFact's 14k chunks (5k long documents) 70 MB and
-# 3 s of one thread to build from nothing, a new version's new texts only after that.
-TEXT_INDEX_MAX_ROWS = 100_000
+# A table of at most this many chunks (the default ``ann.min_rows``: the size up to which the vector
+# leg is exact too) gets its full-text statistics in memory (``TextIndex``) once a searcher asks a
+# second query of a version: at SciFact's 14k chunks (5k long documents) 3 s of one thread to build
+# from nothing, a new version's new texts only after that.
+TEXT_INDEX_MAX_ROWS = 50_000
 _FLAT = "\0flat"  # on a row the in-memory vectors found: their version (the row ids are that version's)
 _IDS = ["chunk_id", "doc_id"]  # what a leg reads of a row before the rows kept are taken whole
 # What ranking reads of a row when nothing in the query needs its text (media notes, the order's
@@ -269,6 +270,10 @@ class FlatVectors:
         if i is None or not self.rank_columns:
             return None
         return self._rank_rows[i].copy()
+
+    def row_at(self, position: int) -> dict:
+        """The ``_RANK_COLUMNS`` of the chunk at ``position`` (``rank_columns`` must be loaded)."""
+        return self._rank_rows[position].copy()
 
     def similarities(self, qvec: np.ndarray) -> np.ndarray:
         """The cosine of ``qvec`` and every chunk, by position."""
@@ -487,7 +492,9 @@ class MemorySearcher:
         # A query of plain words on a table whose full-text statistics are in memory: the whole
         # full-text leg there (``textindex``), no query to LanceDB.
         text_index = self._text_index(layout) if mode in ("hybrid", "fts") and serves(parsed, where) else None
-        in_memory = doc_leg(text_index, parsed, limit=pool) if text_index is not None else None
+        flat = self._flat
+        rank_rows = flat.rank_row if flat is not None and flat.version == layout[0] and flat.rank_columns and light else None
+        in_memory = doc_leg(text_index, parsed, limit=pool, row_of=rank_rows) if text_index is not None else None
         doc_query = self._doc_query(parsed, layout) if mode in ("hybrid", "fts") and in_memory is None else None
         fts_future = (
             self._executor().submit(self._fts, parsed, where, pool, layout, query=doc_query) if mode in ("hybrid", "fts") and in_memory is None else None
@@ -694,9 +701,10 @@ class MemorySearcher:
         assert self.table is not None
         if int(self.table.version) != flat.version:
             return None
-        rows = [
-            {"chunk_id": flat.ids[i], "doc_id": flat.doc_ids[i], "_rowid": int(flat.row_ids[i]), "_distance": 1.0 - sim, _FLAT: flat.version} for i, sim in hits
-        ]
+        # With the ranking columns when held (nothing is taken to rank these rows).
+        rows: list[dict] = [{"chunk_id": flat.ids[i], "doc_id": flat.doc_ids[i]} if not flat.rank_columns else flat.row_at(i) for i, _ in hits]
+        for row, (i, sim) in zip(rows, hits):
+            row["_rowid"], row["_distance"], row[_FLAT] = int(flat.row_ids[i]), 1.0 - sim, flat.version
         return rows, [flat.matrix[i] for i, _ in hits], sims
 
     def _native_query_vector(self, media: Sequence[tuple[str, str]]) -> np.ndarray | None:

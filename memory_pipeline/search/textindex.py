@@ -28,7 +28,7 @@ import functools
 import math
 import re
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -243,9 +243,15 @@ class TextIndex:
     def chunk_scores(self, term_ids: Sequence[int]) -> np.ndarray:
         return self.chunks.scores(term_ids)
 
-    def row(self, position: int) -> dict:
-        """What a light full-text hit carries (``_IDS`` and the row id)."""
-        return {"chunk_id": self.chunk_ids[position], "doc_id": self.doc_ids[position], "_rowid": int(self.row_ids[position])}
+    def row(self, position: int, row_of: Callable[[str], dict | None] | None = None) -> dict:
+        """What a light full-text hit carries (``_IDS`` and the row id; the ranking columns too
+        when ``row_of`` has them)."""
+        cid = self.chunk_ids[position]
+        row: dict | None = row_of(cid) if row_of is not None else None
+        if row is None:
+            row = {"chunk_id": cid, "doc_id": self.doc_ids[position]}
+        row["_rowid"] = int(self.row_ids[position])
+        return row
 
 
 class EncodeCache:
@@ -296,11 +302,13 @@ def serves(parsed: Any, where: str | None) -> bool:
     return where is None and bool(parsed.words) and not parsed.phrases and not parsed.prefixes and not parsed.constrains
 
 
-def doc_leg(index: TextIndex, parsed: Any, *, limit: int) -> Any:
+def doc_leg(index: TextIndex, parsed: Any, *, limit: int, row_of: Callable[[str], dict | None] | None = None) -> Any:
     """``fulltext.doc_text_leg`` answered from ``index`` (``serves`` must hold): the same
     ``TextLeg`` (the best ``limit`` documents by their whole-document BM25, each word's best
     score, the chunks to show) without a query to LanceDB, and every other document's exact sum
-    (``TextLeg.complete``) from the same scores. None when the query cannot be analysed here."""
+    (``TextLeg.complete``) from the same scores. None when the query cannot be analysed here.
+    ``row_of`` (a chunk id's ranking columns, from the searcher's in-memory vectors of the same
+    version) gives the hits those columns at once, so nothing is taken to rank them."""
     from memory_pipeline.search.fulltext import DocQuery, TextLeg
 
     analysed = [index.term_ids(w) for w in parsed.words]
@@ -345,12 +353,12 @@ def doc_leg(index: TextIndex, parsed: Any, *, limit: int) -> Any:
     if len(chunks):
         leg.chunk_weights[SUM] = float(chunk_scores[chunks].max())
     for p, s in zip(chunks.tolist(), chunk_scores[chunks].tolist()):
-        row = index.row(p)
+        row = index.row(p, row_of)
         leg.rows.setdefault(row["chunk_id"], row)
         leg.chunk_terms.setdefault(row["chunk_id"], {})[SUM] = s
         shown.add(row["doc_id"])
     for d, i in zip(doc_ids, hits.tolist()):
         if d not in shown:  # none of its chunks holds a word on its own: shown by its first chunk
-            row = index.row(int(docs_rows[i]))
+            row = index.row(int(docs_rows[i]), row_of)
             leg.rows.setdefault(row["chunk_id"], row)
     return leg
