@@ -68,9 +68,18 @@ class WeightedFusion(Fusion):
         total = self.vector_weight + self.text_weight
         if not cands or total <= 0:
             return [0.0] * len(cands)
-        zv = standardize([c.sv for c in cands])
-        zt = standardize([c.st for c in cands])
-        return [normal_cdf((self.vector_weight * a + self.text_weight * b) / total) for a, b in zip(zv, zt)]
+        if len(cands) < _VECTORISED:
+            zv = standardize([c.sv for c in cands])
+            zt = standardize([c.st for c in cands])
+            return [normal_cdf((self.vector_weight * a + self.text_weight * b) / total) for a, b in zip(zv, zt)]
+        # The same arithmetic over arrays (memory eval's depth fuses about a thousand candidates).
+        import numpy as np
+
+        n = len(cands)
+        z = (self.vector_weight * _standardized(np.fromiter((c.sv for c in cands), np.float64, n))
+             + self.text_weight * _standardized(np.fromiter((c.st for c in cands), np.float64, n))) / total  # fmt: skip
+        erf, root2 = math.erf, math.sqrt(2.0)
+        return [0.5 * (1.0 + erf(v / root2)) for v in z.tolist()]
 
 
 def standardize(values: Sequence[float]) -> list[float]:
@@ -82,6 +91,18 @@ def standardize(values: Sequence[float]) -> list[float]:
         return [0.0] * n
     sd = math.sqrt(var)
     return [(v - mean) / sd for v in values]
+
+
+_VECTORISED = 64  # candidates from which ``WeightedFusion`` standardizes with NumPy
+
+
+def _standardized(values):
+    """``standardize`` of a float64 array (NumPy's pairwise sums: equal to the last bits)."""
+    mean = values.mean()
+    var = ((values - mean) ** 2).mean()
+    if var <= 1e-18:
+        return values * 0.0
+    return (values - mean) / math.sqrt(var)
 
 
 def normal_cdf(z: float) -> float:

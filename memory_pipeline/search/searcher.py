@@ -38,6 +38,7 @@ from memory_pipeline.search.scoring import (
     mmr,
     recency_factor,
     relevance,
+    relevances,
 )
 from memory_pipeline.search.snippets import make_snippet
 from memory_pipeline.search.syntax import ParsedQuery, parse_query
@@ -904,11 +905,14 @@ class MemorySearcher:
         to ``materialize`` (the rows have no text yet)."""
         q = self.settings.query
         pending = tuple(ids) if not with_ids else ()
-        for c in cands:
-            c.relevance = relevance(c.sv, c.st, mode, q.vector_weight, q.text_weight)
-            if ids and with_ids:
-                c.relevance *= identifier_factor(ids, haystack(c.row))
-            c.pending_ids = pending
+        if ids and with_ids:
+            for c in cands:
+                c.relevance = relevance(c.sv, c.st, mode, q.vector_weight, q.text_weight) * identifier_factor(ids, haystack(c.row))
+                c.pending_ids = pending
+        else:
+            for c, rel in zip(cands, relevances(cands, mode, q.vector_weight, q.text_weight)):
+                c.relevance = rel
+                c.pending_ids = pending
         # One leg alone has nothing to fuse: its order is its relevance.
         fusion = fusion_for(opts.fusion if mode == "hybrid" else "weighted", q)
         for c, score in zip(cands, fusion.scores(cands)):
