@@ -331,6 +331,7 @@ class MemorySearcher:
         self._text_failed = -1  # a table version whose texts could not be read (or cannot be analysed here)
         self._text_cache: EncodeCache | None = None  # each text's terms, from one version's build to the next
         self._text_thread: threading.Thread | None = None
+        self._text_build_lock = threading.Lock()  # one build at a time: builds share the encodings and term ids
 
     def warm(self) -> None:
         """Load now what a long-lived searcher otherwise loads from its second query of a table
@@ -374,6 +375,11 @@ class MemorySearcher:
         version, rows, docs = layout
         if self.table is None or not docs or rows > TEXT_INDEX_MAX_ROWS:
             return
+        with self._text_build_lock:  # ``warm`` and a query's background build may meet
+            self._build_text_locked(version)
+
+    def _build_text_locked(self, version: int) -> None:
+        assert self.table is not None
         index = self._text
         if index is not None and index.version >= version:
             return
