@@ -384,19 +384,28 @@ class MemorySearcher:
         if index is not None and index.version >= version:
             return
         try:
-            if self._text_cache is None:
-                fts = self.settings.fts
-                self._text_cache = EncodeCache(Analyzer(language=fts.language, stem=fts.stem, ascii_folding=fts.ascii_folding))
+            # The analysis of the table's own FTS index (a config changed since without a rebuild
+            # is not the index's), and a handle of its own pinned to ``version``: a server moves
+            # the shared handle between versions while it waits out unindexed rows.
+            details = next((getattr(i, "index_details", None) or {} for i in self.table.list_indices() if list(i.columns) == [DOC_FTS_COLUMN]), None)
+            if details is None:
+                raise ValueError("the document column has no full-text index")
+            analysis = (str(details.get("language", "English")), bool(details.get("stem", True)), bool(details.get("ascii_folding", True)))
+            if self._text_cache is None or self._text_cache.analysis != analysis:
+                self._text_cache = EncodeCache(Analyzer(language=analysis[0], stem=analysis[1], ascii_folding=analysis[2]))
+            pinned = VectorStore(self.store.uri, self.store.table_name).open()
+            if pinned is None:
+                return
+            pinned.checkout(version)
             built = TextIndex.build(
-                self.table, version, chunk_column=FTS_COLUMN, doc_column=DOC_FTS_COLUMN, analyzer=self._text_cache.analyzer, cache=self._text_cache
+                pinned, version, chunk_column=FTS_COLUMN, doc_column=DOC_FTS_COLUMN, analyzer=self._text_cache.analyzer, cache=self._text_cache
             )
-        except (ValueError, RuntimeError, OSError, ImportError) as err:
+        except Exception as err:  # noqa: BLE001 - a background thread: any failure leaves this version to LanceDB, said once
             log.info("the table's full-text statistics could not be loaded into memory (%s): asking LanceDB", err)
             self._text_failed = version
             return
-        if built is None:
-            if int(self.table.version) == version:  # not a moved handle: texts this index cannot analyse
-                self._text_failed = version
+        if built is None:  # texts this index cannot analyse
+            self._text_failed = version
             return
         index = self._text
         if index is None or index.version < version:

@@ -40,6 +40,8 @@ TRICKY = [
     "3.14", "1,000", "1000", "H₂O₂", "kg/m²", "½", "foo_bar", "mon-03.fra.internal", "ERR_PAYMENT_4471", "ef:gh",
     "ＡＢＣ", "abc", "running", "runners", "ran", "😀", "x" * 39, "y" * 40, "z" * 45, "Zürich", "ZURICH", "déjà-vu",
     "co-operate", "it's", "O'Brien", "v1.2.3", "#42", "$5", "50%", "naïveté", "Ⅻ", "résumé", "RESUME",
+    "Kommunikations\u00adwissenschaft", "it‘s", "ΟΔΟΣ", "Ⓐbc", "\u200fשלום\u200f", "zero\u200dwidth", "---", "🙂",
+    "2026-05-01", "10:30", "https://example.com/a_b?c=1", "ops@example.com", "src/app/main.py", "#release",
 ]  # fmt: skip
 PLAIN = ["coffee", "budget", "review", "retry", "policy", "shelf", "inventory", "the", "and", "of", "deploy", "rollback"]
 
@@ -261,3 +263,29 @@ def test_a_table_in_a_dictionary_script_is_left_to_lancedb(tmp_path):
     opts = searcher.options(mode="fts", min_score=0.0)
     assert [Path(r.path).name for r in searcher.search("budget approved", opts)][:1] == ["en.md"]
     assert [Path(r.path).name for r in searcher.search("团建预算", opts)][:1] == ["zh.md"]
+
+
+def test_rows_without_a_token_count_for_nothing(tmp_path):
+    """Empty rows and rows of punctuation or emoji only are left out of BM25's N and average length,
+    as LanceDB leaves them out (a chunk row carries an empty document text)."""
+    import lancedb
+    import pyarrow as pa
+    from lancedb.index import FTS
+
+    texts = ["alpha beta gamma delta", "alpha zeta", "", "--- 🙂", "beta"]
+    table = lancedb.connect(str(tmp_path)).create_table(
+        "t", pa.table({"chunk_id": [f"c{i}" for i in range(5)], "doc_id": [f"d{i}" for i in range(5)], FTS_COLUMN: texts, DOC_FTS_COLUMN: texts})
+    )
+    for column in (FTS_COLUMN, DOC_FTS_COLUMN):
+        table.create_index(
+            column, config=FTS(with_position=True, base_tokenizer="icu", language="English", stem=True, remove_stop_words=False, ascii_folding=True)
+        )
+    index = textindex.TextIndex.build(table, int(table.version), chunk_column=FTS_COLUMN, doc_column=DOC_FTS_COLUMN, analyzer=textindex.Analyzer())
+    assert index is not None
+    for query in ("alpha", "beta", "zeta gamma"):
+        ids = index.term_ids(query)
+        assert ids is not None
+        scores = index.chunk_scores(ids)
+        mine = {index.chunk_ids[i]: float(s) for i, s in enumerate(scores.tolist()) if s > 0}
+        want = _lancedb_scores(table, FTS_COLUMN, query)
+        assert set(mine) == set(want) and all(mine[c] == pytest.approx(w, rel=2e-4) for c, w in want.items()), query
