@@ -695,7 +695,13 @@ class MemorySearcher:
             if self._asked[1] < 2 or version == self._flat_failed or rows * self.dims * 4 > FLAT_MAX_BYTES:
                 return None
             try:
-                flat = FlatVectors.load(self.table, version, self.dims)
+                # Read through a handle of its own pinned to ``version``: a server moves the shared
+                # handle to the latest version and back while it waits out unindexed rows.
+                pinned = VectorStore(self.store.uri, self.store.table_name).open()
+                if pinned is None:
+                    return None
+                pinned.checkout(version)
+                flat = FlatVectors.load(pinned, version, self.dims)
             except (ValueError, RuntimeError, OSError) as err:
                 log.info("the table's vectors could not be read into memory (%s): searching the table", err)
                 self._flat_failed = version
