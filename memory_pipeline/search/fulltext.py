@@ -270,7 +270,7 @@ def text_leg(
     constraint = parsed.sql_filter(column)
     full_where = " AND ".join(f"({w})" for w in (where, constraint) if w) or None
     # A term found in no row weighs what BM25's IDF gives a term in none: ln(1 + (N + 0.5) / 0.5).
-    absent_weight = math.log(1.0 + (max(total_rows, 1) + 0.5) / 0.5)
+    absent = absent_weight(total_rows)
     cols = columns + ["_score"]
 
     from lancedb.query import MatchQuery, PhraseQuery
@@ -300,7 +300,7 @@ def text_leg(
         best = max((float(r.get("_score") or 0.0) for r in rows), default=0.0)
         floor = min((float(r.get("_score") or 0.0) for r in rows), default=0.0) if len(rows) >= limit else 0.0
         leg.presence[term_key] = test
-        leg.add(term_key, rows, best if best > 0 else absent_weight, floor)
+        leg.add(term_key, rows, best if best > 0 else absent, floor)
 
     if parsed.prefixes and not parsed.words and not parsed.phrases:
         # Only prefixes: no BM25 term to rank by; the rows holding them, each prefix one unit.
@@ -362,7 +362,7 @@ def doc_text_leg(
     Queries of prefixes only have no BM25 term: ``text_leg`` answers those.
     """
     leg = TextLeg(doc_level=True)
-    absent_weight = math.log(1.0 + (max(total_docs, 1) + 0.5) / 0.5)
+    absent = absent_weight(total_docs)
     dq = query if query is not None else DocQuery.of(table, parsed, column=column, doc_column=doc_column)
     terms, summed = dq.terms, dq.summed
     if not terms:
@@ -395,7 +395,7 @@ def doc_text_leg(
                 term_weights.put(key, where, w)
         else:
             w = max((d[SUM_KEY] for d in leg._docs.values()), default=0.0)
-        leg.weights[key] = w or absent_weight
+        leg.weights[key] = w or absent
 
     leg._completer = lambda docs: dq.sums(docs, where)
     # The chunks to show: those of the best ``limit`` documents (the others rank below any result asked for).
@@ -535,6 +535,11 @@ class VersionWeights:
 
 # A document-level leg keeps one summed score per document and chunk under this key.
 SUM_KEY = "\0sum"
+
+
+def absent_weight(n: int) -> float:
+    """BM25's IDF of a term in none of ``n`` rows, ``ln(1 + (N + 0.5) / 0.5)``: what a word found nowhere weighs."""
+    return math.log(1.0 + (max(n, 1) + 0.5) / 0.5)
 
 
 def _sql_list(values: Iterable[str]) -> str:

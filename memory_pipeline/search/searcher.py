@@ -391,7 +391,7 @@ class MemorySearcher:
             if details is None:
                 raise ValueError("the document column has no full-text index")
             analysis = (str(details.get("language", "English")), bool(details.get("stem", True)), bool(details.get("ascii_folding", True)))
-            if self._text_cache is None or self._text_cache.analysis != analysis:
+            if self._text_cache is None or self._text_cache.analyzer.analysis != analysis:
                 self._text_cache = EncodeCache(Analyzer(language=analysis[0], stem=analysis[1], ascii_folding=analysis[2]))
             pinned = VectorStore(self.store.uri, self.store.table_name).open()
             if pinned is None:

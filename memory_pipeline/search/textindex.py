@@ -31,7 +31,6 @@ filter, no phrase and no required or excluded clause; anything else goes to Lanc
 from __future__ import annotations
 
 import functools
-import math
 import re
 import unicodedata
 from collections.abc import Callable, Iterable, Sequence
@@ -39,6 +38,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from memory_pipeline.search.fulltext import SUM_KEY, DocQuery, TextLeg, absent_weight
 
 K1, B = 1.2, 0.75
 MAX_TOKEN_BYTES = 40  # LanceDB's default ``max_token_length``: a token this long or longer is dropped
@@ -88,7 +89,6 @@ _LANGUAGES = {
     "arabic", "danish", "dutch", "english", "finnish", "french", "german", "greek", "hungarian",
     "italian", "norwegian", "portuguese", "romanian", "russian", "spanish", "swedish", "tamil", "turkish",
 }  # fmt: skip
-SUM = "\0sum"  # ``fulltext.SUM_KEY``
 
 
 def _fold_char(ch: str) -> str:
@@ -273,7 +273,6 @@ class EncodeCache:
 
     def __init__(self, analyzer: Analyzer) -> None:
         self.analyzer = analyzer
-        self.analysis = analyzer.analysis
         self.vocab: dict[str, int] = {}
         self._enc: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, int]] = {}
 
@@ -304,11 +303,6 @@ class EncodeCache:
             del self._enc[k]
 
 
-def absent_weight(n: int) -> float:
-    """BM25's IDF of a term in no row: what a word found nowhere weighs."""
-    return math.log(1.0 + (max(n, 1) + 0.5) / 0.5)
-
-
 def serves(parsed: Any, where: str | None) -> bool:
     """Whether the index answers this query's full-text leg: plain words (stop words and repeats as
     ``ParsedQuery.words`` keeps them), no filter, no phrase, prefix, required or excluded clause."""
@@ -322,7 +316,6 @@ def doc_leg(index: TextIndex, parsed: Any, *, limit: int, row_of: Callable[[str]
     (``TextLeg.complete``) from the same scores. None when the query cannot be analysed here.
     ``row_of`` (a chunk id's ranking columns, from the searcher's in-memory vectors of the same
     version) gives the hits those columns at once, so nothing is taken to rank them."""
-    from memory_pipeline.search.fulltext import DocQuery, TextLeg
 
     analysed = [index.term_ids(w) for w in parsed.words]
     words = [ids for ids in analysed if ids is not None]
@@ -343,7 +336,7 @@ def doc_leg(index: TextIndex, parsed: Any, *, limit: int, row_of: Callable[[str]
     docs_rows = index.docs.rows
     doc_ids = [index.doc_ids[docs_rows[i]] for i in hits.tolist()]
     for d, s in zip(doc_ids, scores[hits].tolist()):
-        leg._docs[d] = {SUM: s}
+        leg._docs[d] = {SUM_KEY: s}
     position = index.doc_position
     leg._completer = lambda docs: {d: float(scores[p]) for d in docs if (p := position.get(d)) is not None and scores[p] > 0}
     padded = np.append(scores, np.float32(0.0))  # the last: a document the index does not hold
@@ -364,11 +357,11 @@ def doc_leg(index: TextIndex, parsed: Any, *, limit: int, row_of: Callable[[str]
         chunks = chunks[np.argpartition(-chunk_scores[chunks], 2 * limit - 1)[: 2 * limit]]
     shown: set[str] = set()
     if len(chunks):
-        leg.chunk_weights[SUM] = float(chunk_scores[chunks].max())
+        leg.chunk_weights[SUM_KEY] = float(chunk_scores[chunks].max())
     for p, s in zip(chunks.tolist(), chunk_scores[chunks].tolist()):
         row = index.row(p, row_of)
         leg.rows.setdefault(row["chunk_id"], row)
-        leg.chunk_terms.setdefault(row["chunk_id"], {})[SUM] = s
+        leg.chunk_terms.setdefault(row["chunk_id"], {})[SUM_KEY] = s
         shown.add(row["doc_id"])
     for d, i in zip(doc_ids, hits.tolist()):
         if d not in shown:  # none of its chunks holds a word on its own: shown by its first chunk
