@@ -42,7 +42,7 @@ from memory_pipeline.search.scoring import (
 )
 from memory_pipeline.search.snippets import make_snippet
 from memory_pipeline.search.syntax import ParsedQuery, parse_query
-from memory_pipeline.search.textindex import Analyzer, EncodeCache, TextIndex, doc_leg, serves
+from memory_pipeline.search.textindex import Analyzer, EncodeCache, TextIndex, analysable, doc_leg, serves
 from memory_pipeline.settings import FUSIONS, Settings, load_settings
 from memory_pipeline.stores import generations
 from memory_pipeline.stores.lance import DOC_FTS_COLUMN, FTS_COLUMN, VectorStore
@@ -317,6 +317,8 @@ class MemorySearcher:
         self.provider = query_provider(settings, record) if self.dims else None
         self.has_ann = self.store.vector_index() is not None if self.dims else False
         self._pool: ThreadPoolExecutor | None = None
+        # In-memory full-text legs running on the pool at once; past this a query runs its own (``ranked``).
+        self._leg_slots = threading.BoundedSemaphore(2)
         self._layout: tuple[int, int, int] | None = None  # (table version, rows, documents with a document text)
         self._layout_lock = threading.Lock()  # one count of a new version's rows at a time (a server's threads share a searcher)
         self._term_weights = TermWeights()  # the full-text leg's per-term weights, for the table version searched
@@ -510,11 +512,18 @@ class MemorySearcher:
         text_index = self._text_index(layout) if mode in ("hybrid", "fts") and serves(parsed, where) else None
         flat = self._flat
         rank_rows = flat.rank_row if flat is not None and flat.version == layout[0] and flat.rank_columns and light else None
-        in_memory = doc_leg(text_index, parsed, limit=pool, row_of=rank_rows) if text_index is not None else None
-        doc_query = self._doc_query(parsed, layout) if mode in ("hybrid", "fts") and in_memory is None else None
-        fts_future = (
-            self._executor().submit(self._fts, parsed, where, pool, layout, query=doc_query) if mode in ("hybrid", "fts") and in_memory is None else None
-        )
+        in_memory: TextLeg | None = None
+        leg_future: Future | None = None
+        if text_index is not None and analysable(parsed):
+            # Hybrid: the in-memory leg on a worker thread while this one embeds the query and
+            # scores the vectors (ONNX and BLAS release the interpreter lock): the two legs overlap.
+            if mode == "hybrid" and self._leg_slots.acquire(blocking=False):
+                leg_future = self._executor().submit(self._in_memory_leg, text_index, parsed, pool, rank_rows)
+            else:  # full text alone, or every worker busy (a loaded server): here
+                in_memory = doc_leg(text_index, parsed, limit=pool, row_of=rank_rows)
+        on_lancedb = mode in ("hybrid", "fts") and in_memory is None and leg_future is None
+        doc_query = self._doc_query(parsed, layout) if on_lancedb else None
+        fts_future = self._executor().submit(self._fts, parsed, where, pool, layout, query=doc_query) if on_lancedb else None
         qvec = native
         vector_text = parsed.vector_text
         if qvec is None and self.provider is not None and mode != "fts" and vector_text:
@@ -544,6 +553,11 @@ class MemorySearcher:
                 sums = self._executor().submit(doc_query.sums, asked, where)
 
         leg: TextLeg | None = in_memory
+        if leg_future is not None and (leg := leg_future.result()) is None:  # not for ``analysable`` queries: LanceDB answers
+            try:
+                leg = self._fts(parsed, where, pool, layout, query=self._doc_query(parsed, layout))
+            except FullTextUnavailable as err:
+                log.info("no full-text leg for this query: %s", err)
         if fts_future is not None:
             try:
                 leg = fts_future.result()
@@ -744,6 +758,13 @@ class MemorySearcher:
                 items.append(MediaItem(label=Path(path).name, data=fh.read(), mime_type=mime))
         vecs = self.provider.embed_media(items)  # pyright: ignore[reportAttributeAccessIssue] - multimodal providers only (checked above)
         return normalize_vectors(vecs.mean(axis=0))[0]
+
+    def _in_memory_leg(self, text_index: TextIndex, parsed: ParsedQuery, pool: int, rank_rows) -> TextLeg | None:
+        """``doc_leg`` on a worker thread; frees its slot (``_leg_slots``) when done."""
+        try:
+            return doc_leg(text_index, parsed, limit=pool, row_of=rank_rows)
+        finally:
+            self._leg_slots.release()
 
     def _executor(self) -> ThreadPoolExecutor:
         if self._pool is None:

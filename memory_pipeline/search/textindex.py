@@ -309,6 +309,12 @@ def serves(parsed: Any, where: str | None) -> bool:
     return where is None and bool(parsed.words) and not parsed.phrases and not parsed.prefixes and not parsed.constrains
 
 
+def analysable(parsed: Any) -> bool:
+    """Whether ``doc_leg`` answers this query (``serves`` holding): none of its words is in a script
+    ICU segments by dictionary (those go to LanceDB)."""
+    return not any(DICTIONARY_SCRIPTS.search(w) for w in parsed.words)
+
+
 def doc_leg(index: TextIndex, parsed: Any, *, limit: int, row_of: Callable[[str], dict | None] | None = None) -> Any:
     """``fulltext.doc_text_leg`` answered from ``index`` (``serves`` must hold): the same
     ``TextLeg`` (the best ``limit`` documents by their whole-document BM25, each word's best

@@ -8,6 +8,7 @@ required or excluded words, filters, scripts segmented by dictionary). Real Lanc
 from __future__ import annotations
 
 import random
+import threading
 import time
 from pathlib import Path
 
@@ -170,6 +171,34 @@ def test_a_long_lived_searcher_answers_what_lancedb_answers(indexed, monkeypatch
     want = _answers(lancedb_path, mode)
     assert sent and lancedb_path._text is None
     _same(got, want)
+
+
+def test_hybrid_runs_the_in_memory_leg_beside_the_query_embedding_and_inline_when_workers_are_busy(indexed, monkeypatch):
+    """Hybrid: the in-memory full-text leg runs on the searcher's pool while the query thread embeds
+    the query; with every slot taken (a loaded server) the query runs its own, with the same answers;
+    full text alone runs it inline (nothing to overlap)."""
+    memory = MemorySearcher(indexed)
+    _warm(memory)
+    threads: list[str] = []
+    real = searcher_mod.doc_leg
+    monkeypatch.setattr(searcher_mod, "doc_leg", lambda *a, **kw: threads.append(threading.current_thread().name) or real(*a, **kw))
+    beside = _answers(memory, "hybrid")
+    assert threads and all(t.startswith("memory-fts") for t in threads)
+    threads.clear()
+    held = 0
+    while memory._leg_slots.acquire(blocking=False):
+        held += 1
+    try:
+        inline = _answers(memory, "hybrid")
+    finally:
+        for _ in range(held):
+            memory._leg_slots.release()
+    assert held == 2 and threads and all(t == threading.current_thread().name for t in threads)
+    _same(inline, beside)
+    threads.clear()
+    _answers(memory, "fts")
+    assert threads and all(t == threading.current_thread().name for t in threads)
+    assert memory._leg_slots.acquire(blocking=False) and memory._leg_slots.acquire(blocking=False)  # every slot given back
 
 
 def test_syntax_and_filters_are_left_to_lancedb(indexed, monkeypatch):
