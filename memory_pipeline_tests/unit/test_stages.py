@@ -238,3 +238,46 @@ def test_storage_reads_an_older_file_without_a_new_column_and_sets_a_damaged_one
     assert not state.exists() and list(state.parent.glob("00.state.parquet.corrupt-*"))
     with pytest.raises(ValueError):
         data.asset("memory_vectors", "00", ".bogus")
+
+
+def test_the_write_gives_freed_memory_back_before_each_index_build_and_only_when_it_wrote(memory, monkeypatch):
+    """The index builds are a run's peak of memory: the write stage hands what it freed back to the
+    system before the full-text build and before the vector index build, not on a run with nothing
+    to write."""
+    from memory_pipeline.stages import write as write_mod
+    from memory_pipeline.stores.lance import VectorStore
+
+    mem, settings, embedder, ident = memory
+    calls: list[str] = []
+    real_give = write_mod.give_back_memory
+    monkeypatch.setattr(write_mod, "give_back_memory", lambda: calls.append("give back") or real_give())
+    for name in ("ensure_fts", "ensure_ann"):
+        real = getattr(VectorStore, name)
+        monkeypatch.setattr(VectorStore, name, lambda self, *a, _r=real, _n=name, **k: calls.append(_n) or _r(self, *a, **k))
+    _run(settings, embedder, ident)
+    assert calls == ["give back", "ensure_fts", "give back", "ensure_ann"]
+    calls.clear()
+    _run(settings, embedder, ident)  # nothing changed: no commit, no index work
+    assert calls == []
+
+
+def test_giving_memory_back_never_fails_a_run(monkeypatch):
+    """Without glibc (``malloc_trim``) or ``/proc`` the call does what it can and reports 0."""
+    import builtins
+    import ctypes
+
+    from memory_pipeline.stages.write import give_back_memory
+
+    blob = [bytearray(1 << 20) for _ in range(64)]  # 64 MB freed just before
+    del blob
+    assert give_back_memory() >= 0
+
+    def no_libc(*_a, **_k):
+        raise OSError("no libc.so.6 here")
+
+    monkeypatch.setattr(ctypes, "CDLL", no_libc)
+    real_open = builtins.open
+    monkeypatch.setattr(
+        builtins, "open", lambda f, *a, **k: (_ for _ in ()).throw(OSError("no /proc")) if str(f).startswith("/proc/") else real_open(f, *a, **k)
+    )
+    assert give_back_memory() == 0
