@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -39,6 +40,10 @@ from memory_pipeline.settings import Settings
 from memory_pipeline.stores.lance import FTS_COLUMN, VectorStore
 
 DB_NAME = "analytics.duckdb"
+# What building the analytics database may hold in memory (DuckDB spills to disk beyond it), and the
+# batches the table's rows are copied in.
+DUCKDB_MEMORY_LIMIT = "256MB"
+ROWS_BATCH = 65_536
 SCHEMA_VERSION = 1  # of the database's tables: a change rebuilds every cached database
 # The columns of the ledgers' tables before their first line (then: every key of the lines).
 USAGE_COLUMNS = 'run_id VARCHAR, provider VARCHAR, model VARCHAR, chunks BIGINT, tokens BIGINT, batch BOOLEAN, est_usd DOUBLE, "at" VARCHAR'
@@ -149,6 +154,18 @@ class CoverageReport:
         return sorted({p["path"] for p in self.problems.get(kind, [])})
 
 
+def _bounded(con, folder: Path) -> None:
+    """Hold DuckDB's build of the database to ``DUCKDB_MEMORY_LIMIT``, spilling to ``folder`` beyond it.
+
+    DuckDB's own default is 80 % of the machine's memory: at a million chunks the build added
+    ~800 MB to an index run, at its end, the run's peak. Per connection: nothing is stored in
+    the file, so analysts' own connections keep DuckDB's defaults.
+    """
+    con.execute(f"SET memory_limit = {_sql_str(DUCKDB_MEMORY_LIMIT)}")
+    con.execute(f"SET temp_directory = {_sql_str((folder / '.duckdb-spill').as_posix())}")
+    con.execute("SET preserve_insertion_order = false")  # lets copies and joins stream, and spill
+
+
 def _sql_str(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
@@ -165,20 +182,25 @@ def _dataset(con, data: storage.DataStore, name: str, asset: str, suffix: str, s
     con.execute(f"CREATE TABLE {name} AS SELECT * FROM rows")
 
 
-def _vector_rows(settings: Settings, table_name: str) -> tuple[pa.Table, int, dict, str]:
+def _vector_rows(settings: Settings, table_name: str) -> tuple[pa.RecordBatchReader, int, dict, str]:
+    """A stream of the table's rows (the columns of ``_ROWS_SCHEMA``), its dims, FTS state and provider.
+
+    A stream, not a table: DuckDB copies it batch by batch, so a million rows never sit in
+    memory twice (as Arrow and as DuckDB's copy).
+    """
     store = VectorStore(storage.of(settings).lancedb_uri, table_name)
     table = store.open()
     if table is None:
-        return _ROWS_SCHEMA.empty_table(), 0, {}, ""
+        return pa.RecordBatchReader.from_batches(_ROWS_SCHEMA, []), 0, {}, ""
     # A plain scan of the columns needed: the vectors never leave the table.
-    n = table.count_rows()
-    rows = table.search().select(_ROW_COLUMNS).limit(max(n, 1)).to_arrow() if n else _ROWS_SCHEMA.empty_table()
+    scan = table.search().select(_ROW_COLUMNS).to_batches(ROWS_BATCH) if table.count_rows() else None
+    batches = (b.select(_ROW_COLUMNS).cast(_ROWS_SCHEMA) for b in scan) if scan is not None else iter(())
     fts: dict = {"indexed": False, "unindexed_rows": 0}
     for idx in table.list_indices():
         if FTS_COLUMN in idx.columns:
             stats = table.index_stats(idx.name)
             fts = {"indexed": True, "unindexed_rows": int(getattr(stats, "num_unindexed_rows", 0) or 0)}
-    return rows.cast(_ROWS_SCHEMA), store.dims(), fts, str(store.meta().get("provider", ""))
+    return pa.RecordBatchReader.from_batches(_ROWS_SCHEMA, batches), store.dims(), fts, str(store.meta().get("provider", ""))
 
 
 _COST_SCHEMA = pa.schema(
@@ -216,19 +238,19 @@ def _read_usage(settings: Settings) -> list[dict]:
     return out
 
 
-def _embedding_cost(settings: Settings, vector_rows: pa.Table, provider: str) -> pa.Table:
+def _table_tokens(con, provider: str) -> dict[tuple[str, str], tuple[int, int]]:
+    """Rows and tokens per ``(provider, model)`` of the copied ``vector_rows`` (one generation, one provider)."""
+    sql = "SELECT embedding_model, count(*), coalesce(sum(tokens), 0)::BIGINT FROM vector_rows WHERE embedding_model <> '' GROUP BY 1"
+    return {(provider, model): (int(n), int(tokens)) for model, n, tokens in con.execute(sql).fetchall()}
+
+
+def _embedding_cost(settings: Settings, in_table: Mapping[tuple[str, str], tuple[int, int]]) -> pa.Table:
     """Tokens and estimated cost per provider and model: what the table holds, and what was sent.
 
-    The table's rows carry their token counts (one generation, one provider); the
-    usage ledger carries the tokens each embedding step sent (cache hits excluded).
-    Prices: providers/pricing.py.
+    ``in_table``: rows and tokens per ``(provider, model)`` of the table's rows
+    (``_table_tokens``); the usage ledger carries the tokens each embedding step sent (cache
+    hits excluded). Prices: providers/pricing.py.
     """
-    in_table: dict[tuple[str, str], list[int]] = {}
-    for model, tokens in zip(vector_rows.column("embedding_model").to_pylist(), vector_rows.column("tokens").to_pylist()):
-        if model:
-            acc = in_table.setdefault((provider, model), [0, 0])
-            acc[0] += 1
-            acc[1] += int(tokens or 0)
     spent: dict[tuple[str, str], list] = {}
     for use in _read_usage(settings):
         acc = spent.setdefault((use["provider"], use["model"]), [0, 0.0])
@@ -271,12 +293,12 @@ def refresh_analytics(settings: Settings, model: str, table_name: str | None = N
             return cached
     tmp = final.with_name(f".{DB_NAME}.{os.getpid()}.tmp")
     tmp.unlink(missing_ok=True)
-    vector_rows, dims, fts, provider = _vector_rows(settings, table_name)
-    embedding_cost = _embedding_cost(settings, vector_rows, provider)  # noqa: F841 - read by DuckDB
+    vector_rows, dims, fts, provider = _vector_rows(settings, table_name)  # noqa: F841 - read by DuckDB
     prices = pa.Table.from_pylist(price_rows())  # noqa: F841 - read by DuckDB
     final.parent.mkdir(parents=True, exist_ok=True)
     con = duckdb.connect(str(tmp))
     try:
+        _bounded(con, final.parent)
         _dataset(con, data, "source_files", "source_files", "", MANIFEST_SCHEMA)
         _dataset(con, data, "extraction_status", "extracted_content", ".status", EXTRACTION_STATUS_SCHEMA)
         _dataset(con, data, "indexed_state", "memory_vectors", ".state", INDEXED_STATE_SCHEMA)
@@ -292,6 +314,7 @@ def refresh_analytics(settings: Settings, model: str, table_name: str | None = N
             con.execute(f"SET file_search_path = {_sql_str(data.root.as_posix())}")
             con.execute(f"CREATE VIEW memory_chunks AS SELECT * EXCLUDE (embed_text) FROM read_parquet({_sql_str(rel)})")
         con.execute("CREATE TABLE vector_rows AS SELECT * FROM vector_rows")
+        embedding_cost = _embedding_cost(settings, _table_tokens(con, provider))  # noqa: F841 - read by DuckDB
         con.execute("CREATE TABLE embedding_cost AS SELECT * FROM embedding_cost")
         con.execute("CREATE TABLE prices AS SELECT * FROM prices")
         con.execute(FILE_STATUS_SQL)

@@ -201,11 +201,12 @@ def test_tokens_and_estimated_cost_per_provider(sample_config: Path, sample_dir:
 
 
 def test_cost_estimate_uses_the_price_list(tmp_path: Path):
+    import duckdb
     import pyarrow as pa
 
     from memory_pipeline.providers.pricing import estimate_usd, usd_per_mtok
     from memory_pipeline.settings import Settings
-    from memory_pipeline.stores.analytics import _embedding_cost
+    from memory_pipeline.stores.analytics import _embedding_cost, _table_tokens
 
     assert usd_per_mtok("openai", "text-embedding-3-small") == 0.02
     assert usd_per_mtok("openai", "text-embedding-3-small", batch=True) == 0.01
@@ -213,8 +214,11 @@ def test_cost_estimate_uses_the_price_list(tmp_path: Path):
     assert usd_per_mtok("openai", "some-future-model") is None  # unknown: no estimate, not zero
     assert usd_per_mtok("ollama", "nomic-embed-text") == 0.0
     settings = Settings(data_dir=tmp_path, sources=())
-    rows = pa.table({"embedding_model": ["text-embedding-3-small"] * 3, "tokens": [500_000, 400_000, 100_000]})
-    [cost] = _embedding_cost(settings, rows, "openai").to_pylist()
+    rows = pa.table({"embedding_model": ["text-embedding-3-small"] * 3 + [""], "tokens": [500_000, 400_000, 100_000, 7]})  # noqa: F841 - read by DuckDB
+    con = duckdb.connect()
+    con.execute("CREATE TABLE vector_rows AS SELECT * FROM rows")
+    assert _table_tokens(con, "openai") == {("openai", "text-embedding-3-small"): (3, 1_000_000)}  # rows without a model left out
+    [cost] = _embedding_cost(settings, _table_tokens(con, "openai")).to_pylist()
     assert cost["tokens_in_table"] == 1_000_000 and cost["est_usd_table"] == 0.02 and cost["tokens_embedded"] == 0
 
 
