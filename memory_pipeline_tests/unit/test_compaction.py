@@ -41,13 +41,19 @@ def _rows(schema: pa.Schema, doc: str, n: int, rng: np.random.Generator) -> pa.T
     return pa.table(data, schema=schema)
 
 
-def test_many_small_commits_are_compacted_and_nothing_changes(tmp_path):
+def _committed(tmp_path, commits: int, *, rows: int, seed: int) -> VectorStore:
+    """A new table written by ``commits`` one-file commits of ``rows`` rows each."""
     store = VectorStore(str(tmp_path / "lancedb"), "t")
     table = store.ensure(DIMS, META)
-    rng = np.random.default_rng(0)
-    for k in range(COMPACT_AT + 2):
+    rng = np.random.default_rng(seed)
+    for k in range(commits):
         doc = f"src:doc{k:02d}.md"
-        store.replace_docs(_rows(table.schema, doc, 3, rng), [doc])
+        store.replace_docs(_rows(table.schema, doc, rows, rng), [doc])
+    return store
+
+
+def test_many_small_commits_are_compacted_and_nothing_changes(tmp_path):
+    store = _committed(tmp_path, COMPACT_AT + 2, rows=3, seed=0)
     before = _fragment_count(store.open())
     assert before >= COMPACT_AT
     rows_before = sorted(store.open().to_arrow().column("chunk_id").to_pylist())
@@ -121,12 +127,7 @@ def test_tables_are_written_in_the_random_access_format_before_and_after_compact
     """New tables use DATA_STORAGE_VERSION (2.1): LanceDB's default 2.2 made a search's take of
     its results' rows six times the CPU at a million rows (lance.py). Rows written later and the
     compacted fragment keep it."""
-    store = VectorStore(str(tmp_path / "lancedb"), "t")
-    table = store.ensure(DIMS, META)
-    rng = np.random.default_rng(1)
-    for k in range(COMPACT_AT + 1):
-        doc = f"src:doc{k:02d}.md"
-        store.replace_docs(_rows(table.schema, doc, 2, rng), [doc])
+    store = _committed(tmp_path, COMPACT_AT + 1, rows=2, seed=1)
     table_dir = tmp_path / "lancedb" / "t.lance"
     assert _file_formats(table_dir) == {(2, 1)}
     assert DATA_STORAGE_VERSION == "2.1"
