@@ -154,15 +154,16 @@ class CoverageReport:
         return sorted({p["path"] for p in self.problems.get(kind, [])})
 
 
-def _bounded(con, folder: Path) -> None:
-    """Hold DuckDB's build of the database to ``DUCKDB_MEMORY_LIMIT``, spilling to ``folder`` beyond it.
+def _bounded(con) -> None:
+    """Hold DuckDB's build of the database to ``DUCKDB_MEMORY_LIMIT``, spilling to disk beyond it.
 
     DuckDB's own default is 80 % of the machine's memory: at a million chunks the build added
-    ~800 MB to an index run, at its end, the run's peak. Per connection: nothing is stored in
-    the file, so analysts' own connections keep DuckDB's defaults.
+    ~800 MB to an index run, at its end, the run's peak. It spills to its default folder,
+    ``<database>.tmp`` beside the (per-process) temporary database, removed when the connection
+    closes. Per connection: nothing is stored in the file, so analysts' own connections keep
+    DuckDB's defaults.
     """
     con.execute(f"SET memory_limit = {_sql_str(DUCKDB_MEMORY_LIMIT)}")
-    con.execute(f"SET temp_directory = {_sql_str((folder / '.duckdb-spill').as_posix())}")
     con.execute("SET preserve_insertion_order = false")  # lets copies and joins stream, and spill
 
 
@@ -293,12 +294,11 @@ def refresh_analytics(settings: Settings, model: str, table_name: str | None = N
             return cached
     tmp = final.with_name(f".{DB_NAME}.{os.getpid()}.tmp")
     tmp.unlink(missing_ok=True)
-    vector_rows, dims, fts, provider = _vector_rows(settings, table_name)  # noqa: F841 - read by DuckDB
     prices = pa.Table.from_pylist(price_rows())  # noqa: F841 - read by DuckDB
     final.parent.mkdir(parents=True, exist_ok=True)
     con = duckdb.connect(str(tmp))
     try:
-        _bounded(con, final.parent)
+        _bounded(con)
         _dataset(con, data, "source_files", "source_files", "", MANIFEST_SCHEMA)
         _dataset(con, data, "extraction_status", "extracted_content", ".status", EXTRACTION_STATUS_SCHEMA)
         _dataset(con, data, "indexed_state", "memory_vectors", ".state", INDEXED_STATE_SCHEMA)
@@ -313,6 +313,8 @@ def refresh_analytics(settings: Settings, model: str, table_name: str | None = N
             rel = (data.assets_dir / "memory_chunks" / "??.parquet").relative_to(data.root).as_posix()
             con.execute(f"SET file_search_path = {_sql_str(data.root.as_posix())}")
             con.execute(f"CREATE VIEW memory_chunks AS SELECT * EXCLUDE (embed_text) FROM read_parquet({_sql_str(rel)})")
+        # The table's scan opened where it is consumed, not while the assets above are copied.
+        vector_rows, dims, fts, provider = _vector_rows(settings, table_name)  # noqa: F841 - read by DuckDB
         con.execute("CREATE TABLE vector_rows AS SELECT * FROM vector_rows")
         embedding_cost = _embedding_cost(settings, _table_tokens(con, provider))  # noqa: F841 - read by DuckDB
         con.execute("CREATE TABLE embedding_cost AS SELECT * FROM embedding_cost")

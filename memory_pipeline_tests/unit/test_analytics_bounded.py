@@ -73,7 +73,7 @@ def test_coverage_and_problems_answer_exactly_within_a_small_memory_limit(tmp_pa
     vector_rows = pa.RecordBatchReader.from_batches(analytics._ROWS_SCHEMA, _vector_batches())  # noqa: F841 - read by DuckDB
     con = duckdb.connect(str(tmp_path / "a.duckdb"))
     try:
-        analytics._bounded(con, tmp_path)
+        analytics._bounded(con)
         assert con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0] == "45.7 MiB"  # 48 MB, as DuckDB writes it
         for name in ("source_files", "extraction_status", "indexed_state", "vector_rows"):
             con.execute(f"CREATE TABLE {name} AS SELECT * FROM {name}")
@@ -84,8 +84,10 @@ def test_coverage_and_problems_answer_exactly_within_a_small_memory_limit(tmp_pa
         [cov] = con.sql("SELECT files_indexable, files_indexed, rows FROM coverage").fetchall()
         assert cov == (DOCS, DOCS, DOCS * CHUNKS_PER_DOC + 1)
         problems = con.sql("SELECT kind, doc_id, rows FROM problems ORDER BY kind, doc_id").fetchall()
+        assert (tmp_path / "a.duckdb.tmp").is_dir()  # it spilled, to DuckDB's own folder beside the database
     finally:
         con.close()
+    assert not (tmp_path / "a.duckdb.tmp").exists()  # and removed it
     assert problems == [
         ("duplicate_chunk_id", f"doc-{DUPLICATED:08d}", 2),
         *[("stale_rows", f"doc-{d:08d}", CHUNKS_PER_DOC) for d in sorted(STALE)],
