@@ -13,7 +13,7 @@ import math
 import os
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from types import SimpleNamespace
@@ -328,26 +328,33 @@ class VectorStore:
             self._commit_with_retry(table, part, condition, counts)
         return counts
 
-    def replace_shard(self, rows: pa.Table, shard: str) -> WriteCounts:
-        """Make the table hold exactly ``rows`` for a whole shard (the repair path of a forced run).
+    def replace_shard(self, parts: Iterable[pa.Table], shard: str) -> WriteCounts:
+        """Make the table hold exactly the rows of ``parts`` for a whole shard (the repair path of a
+        forced run).
 
-        Two commits (delete, then add): this also clears rows no per-file replace can reach,
-        such as duplicated chunk ids or rows of files the index has lost track of.
+        The shard's rows are deleted in one commit, then each part is added in one more (the
+        parts are made one at a time: the write stage builds them a slice of files at a time):
+        this also clears rows no per-file replace can reach, such as duplicated chunk ids or rows
+        of files the index has lost track of.
         """
         table = self.open()
         if table is None:
             raise StoreError(f"table {self.table_name} is missing; run `memory index --force`")
         condition = f"shard = {_sql_list([shard])}"
 
-        def action() -> WriteCounts:
+        def clear() -> WriteCounts:
             before = table.count_rows(condition)
             if before:
                 table.delete(condition)
-            if rows.num_rows:
-                table.add(_fit(rows, table))
-            return WriteCounts(inserted=rows.num_rows, deleted=before, commits=int(bool(before)) + int(bool(rows.num_rows)))
+            return WriteCounts(deleted=before, commits=int(bool(before)))
 
-        return _with_conflict_retry(table, action, f"write to {self.table_name}")
+        counts = _with_conflict_retry(table, clear, f"write to {self.table_name}")
+        for rows in parts:
+            if rows.num_rows:
+                _with_conflict_retry(table, lambda rows=rows: table.add(_fit(rows, table)), f"write to {self.table_name}")
+                counts.inserted += rows.num_rows
+                counts.commits += 1
+        return counts
 
     def _commit_with_retry(self, table, part: pa.Table, condition: str, counts: WriteCounts) -> None:
         def action() -> WriteCounts:
