@@ -569,6 +569,13 @@ class LazyFrames(Mapping[str, "pl.DataFrame"]):
             raise KeyError(shard)
         return self._data.read_frame(self._asset, shard, self._schema, self._suffix)
 
+    def table(self, shard: str, schema: pa.Schema) -> pa.Table:
+        """One partition as Arrow, only ``schema``'s columns read (a stage that needs a few of a
+        large partition's columns reads no more, and no DataFrame copy is made)."""
+        if shard not in self._shards:
+            raise KeyError(shard)
+        return self._data.read(self._asset, shard, schema, self._suffix)
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._shards)
 
@@ -761,7 +768,9 @@ def read_object_parquet(store: pafs.FileSystem, path: str, schema: pa.Schema | N
     except FileNotFoundError:
         return empty
     try:
-        table = pq.read_table(pa.BufferReader(data))
+        source = pa.BufferReader(data)
+        present = set(pq.read_schema(source).names) if schema is not None else set()
+        table = pq.read_table(source, columns=[n for n in schema.names if n in present] if schema is not None else None)
     except (pa.ArrowException, OSError, ValueError) as err:
         aside = f"{path}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}"
         try:
@@ -804,8 +813,11 @@ def read_parquet(path: Path, schema: pa.Schema | None) -> pa.Table:
     if not path.is_file():
         return empty
     try:
-        table = pq.read_table(path)
-        return table if schema is None else conform(table, schema)
+        if schema is None:
+            return pq.read_table(path)
+        # Only the schema's columns are read (a caller asking for a few reads no more).
+        present = set(pq.read_schema(path).names)
+        return conform(pq.read_table(path, columns=[n for n in schema.names if n in present]), schema)
     except (pa.ArrowException, OSError, ValueError) as err:
         aside = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}")
         try:

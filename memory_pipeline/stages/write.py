@@ -132,8 +132,10 @@ def write_vectors(
         ext_status = data.read("extracted_content", shard, EXTRACTION_STATUS_SCHEMA, ".status").to_pylist()
         replaced = [r["doc_id"] for r in ext_status if r["status"] == "ok"]
         deleted = data.read("source_files", shard, DELETIONS_SCHEMA, ".deletions").column("doc_id").to_pylist()
-        shard_chunks = chunks[shard].to_arrow().select(CHUNKS_SCHEMA.names).cast(CHUNKS_SCHEMA)
-        waiting = _docs_waiting_for_vectors(embeddings, shard, shard_chunks, ident)
+        shard_chunks = _arrow(chunks, shard, ROW_SOURCE_SCHEMA)
+        # The shard's vectors, read once for all its slices (and what tells which chunks have one).
+        vectors = ShardVectors.read(embeddings, shard, ident) if ident.dims > 0 and shard_chunks.num_rows else None
+        waiting = _docs_waiting_for_vectors(vectors, shard_chunks)
         if waiting:
             # Their vectors are in a batch job still running: they keep their current rows until it is in.
             # pyarrow.compute's functions are generated at import time: its stubs do not list them
@@ -143,7 +145,6 @@ def write_vectors(
         # The rows are built and committed a slice of files at a time, never the whole shard at
         # once: a shard holds a sixteenth of the folder, and at 1M chunks one shard's rows built
         # at once took the run's resident size from ~900 MB to ~1,580 MB at each shard's write.
-        vectors = ShardVectors.read(settings, shard, ident) if ident.dims > 0 and shard_chunks.num_rows else None
         whole = force and not waiting
         if whole:
             parts = (table_rows(part, settings, ident, now, vectors) for _, part in doc_slices(shard_chunks, shard_chunks.column("doc_id").to_pylist()))
@@ -211,14 +212,25 @@ def reset_index_state(settings: Settings) -> None:
     storage.of(settings).drop("memory_vectors", ".state")
 
 
-def _docs_waiting_for_vectors(embeddings: Mapping[str, pl.DataFrame], shard: str, chunks: pa.Table, ident: EmbeddingIdentity) -> set[str]:
-    """Files of the shard with a chunk that has no vector yet (a ``wait: false`` batch still running)."""
-    if ident.dims <= 0 or chunks.num_rows == 0:
+def _docs_waiting_for_vectors(vectors: ShardVectors | None, chunks: pa.Table) -> set[str]:
+    """Files of the shard with a chunk that has no vector yet (a ``wait: false`` batch still running).
+    A shard without an embeddings file has no vector at all."""
+    if vectors is None or chunks.num_rows == 0:
         return set()
-    frame = embeddings[shard]  # read only for a shard with chunks to write
-    # A shard with no embeddings file reads as a frame without columns: nothing has its vector.
-    have = set(frame.get_column("content_hash").to_list()) if "content_hash" in frame.columns else set()
+    have = vectors.row_of
     return {d for d, h in zip(chunks.column("doc_id").to_pylist(), chunks.column("content_hash").to_pylist()) if h not in have}
+
+
+# The chunks' columns the table's rows are made of (not the text as embedded, nor the media file).
+ROW_SOURCE_SCHEMA = pa.schema([f for f in CHUNKS_SCHEMA if f.name not in ("embed_text", "media_file")])
+
+
+def _arrow(frames: Mapping[str, pl.DataFrame], shard: str, schema: pa.Schema) -> pa.Table:
+    """A shard of an asset as Arrow in ``schema``: read straight from its file with only those
+    columns when the frames are the IO manager's (``LazyFrames``), else converted."""
+    if isinstance(frames, storage.LazyFrames):
+        return frames.table(shard, schema)
+    return frames[shard].to_arrow().select(schema.names).cast(schema)
 
 
 def _search_text(heading: str, text: str, path: str) -> str:
@@ -278,8 +290,13 @@ class ShardVectors:
     row_of: dict[str, int]
 
     @classmethod
-    def read(cls, settings: Settings, shard: str, ident: EmbeddingIdentity) -> ShardVectors:
-        emb = storage.of(settings).read("chunk_embeddings", shard, embeddings_schema(ident.dims))
+    def read(cls, embeddings: Mapping[str, pl.DataFrame], shard: str, ident: EmbeddingIdentity) -> ShardVectors:
+        schema = embeddings_schema(ident.dims)
+        if isinstance(embeddings, storage.LazyFrames):
+            emb = embeddings.table(shard, schema)
+        else:  # a shard with no embeddings reads as a frame without columns: nothing has its vector
+            frame = embeddings[shard]
+            emb = frame.to_arrow().select(schema.names).cast(schema) if "vector" in frame.columns else schema.empty_table()
         row_of = {h: i for i, h in enumerate(emb.column("content_hash").to_pylist())}
         matrix = emb.column("vector").combine_chunks().flatten().to_numpy(zero_copy_only=False).reshape(-1, ident.dims)
         return cls(np.ascontiguousarray(matrix, dtype=np.float32), row_of)

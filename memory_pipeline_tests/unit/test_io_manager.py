@@ -168,3 +168,28 @@ def test_a_multi_shard_run_passes_lazy_mappings_between_real_assets(setup):
         assert [p.name for p in sorted((data.assets_dir / asset).glob("*.parquet"))] == ["00.parquet", "01.parquet", "02.parquet"]
     loaded = manager.load_input(_input("extracted_content", *shards))
     assert [loaded[s].height for s in loaded] == [1, 2, 3]
+
+
+def test_a_stage_reads_only_the_columns_it_asks_for_as_arrow(setup, monkeypatch):
+    """``LazyFrames.table``: a shard's file as Arrow in a narrower schema, only those columns read
+    from the file (the write stage needs 17 of the chunks' 19: not the text as embedded); a
+    missing shard reads empty in that schema and a damaged one is set aside, as a frame's read."""
+    manager, data = setup
+    manager.handle_output(_output("memory_chunks", "03"), _frame(CHUNKS_SCHEMA, "03", 4))
+    narrow = pa.schema([CHUNKS_SCHEMA.field("chunk_id"), CHUNKS_SCHEMA.field("text")])
+    asked: list = []
+    real = pq.read_table
+    monkeypatch.setattr(pq, "read_table", lambda *a, **k: asked.append(k.get("columns")) or real(*a, **k))
+    frames = manager.load_input(_input("memory_chunks", "03"))
+    table = frames.table("03", narrow)
+    assert table.schema == narrow and table.column("text").to_pylist() == [f"text-03-{i}" for i in range(4)]
+    assert asked == [["chunk_id", "text"]]
+    assert list(frames) == ["03"]
+    with pytest.raises(KeyError):
+        frames.table("05", narrow)  # not a shard of this run
+    path = data.asset("memory_chunks", "03")
+    path.unlink()
+    assert frames.table("03", narrow).num_rows == 0 and frames.table("03", narrow).schema == narrow
+
+    path.write_bytes(b"PAR1 torn write")
+    assert frames.table("03", narrow).num_rows == 0 and list(path.parent.glob("03.parquet.corrupt-*"))
