@@ -250,7 +250,8 @@ def _main(args, fake) -> int:
                 cli.append(time.perf_counter() - t)
                 if r.returncode != 0:
                     out.setdefault("cli_errors", []).append(r.stderr[-200:])
-            out["cli_fresh_process"] = {"runs": len(cli), "p50_ms": pct(cli, 50), "max_ms": round(max(cli) * 1000, 1)}
+            if cli:  # --cli-runs 0 skips it
+                out["cli_fresh_process"] = {"runs": len(cli), "p50_ms": pct(cli, 50), "max_ms": round(max(cli) * 1000, 1)}
             print("cli", out["cli_fresh_process"], flush=True)
         finally:
             server.terminate()
