@@ -815,7 +815,9 @@ def read_parquet(path: Path, schema: pa.Schema | None) -> pa.Table:
     try:
         if schema is None:
             return pq.read_table(path)
-        # Only the schema's columns are read (a caller asking for a few reads no more).
+        # Only the schema's columns are read (a caller asking for a few reads no more). A file
+        # damaged only in a column not asked for is then left in place: the read that needs it
+        # sets it aside.
         present = set(pq.read_schema(path).names)
         return conform(pq.read_table(path, columns=[n for n in schema.names if n in present]), schema)
     except (pa.ArrowException, OSError, ValueError) as err:

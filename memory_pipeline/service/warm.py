@@ -50,6 +50,7 @@ class WarmSearcher:
         self._checked = 0.0
         self._own_write = False  # the next refresh takes the latest version, unindexed rows or not
         self._deferred: tuple[int, float] | None = None  # (version waited out, since when)
+        self._backlogs: dict[tuple[str, int], int] = {}  # (table, version) -> its unindexed rows
 
     def get(self):
         """The searcher, on a table version at most ``refresh_seconds`` old."""
@@ -79,7 +80,6 @@ class WarmSearcher:
     def _refreshed(self, searcher):
         from memory_pipeline.search import MemorySearcher
         from memory_pipeline.stores import generations
-        from memory_pipeline.stores.lance import unindexed_rows
 
         if searcher is None:
             return MemorySearcher(self.settings)
@@ -96,11 +96,11 @@ class WarmSearcher:
             if own or latest == current:
                 self._deferred = None
                 return searcher
-            backlog = unindexed_rows(table)
+            backlog = self._backlog(table, name, latest)
             if backlog > DEFER_ROWS:
                 # Measured only when a new version holds many: the one searched now, for comparison.
                 table.checkout(current)
-                if backlog > unindexed_rows(table):
+                if backlog > self._backlog(table, name, current):
                     first = self._deferred[1] if self._deferred is not None else time.monotonic()
                     if time.monotonic() - first < MAX_LAG_SECONDS:
                         # Rows a writer has not folded into the indices yet: searches stay on the
@@ -114,6 +114,19 @@ class WarmSearcher:
             log.info("re-opening the table after %s: %s", type(err).__name__, err)
             return MemorySearcher(self.settings)
         return searcher
+
+    def _backlog(self, table, name: str, version: int) -> int:
+        """The unindexed rows of ``table`` (called ``name``) at its checked-out ``version``, counted
+        once per version (a version never changes; a wait refreshes every ``refresh_seconds``
+        under the lock)."""
+        from memory_pipeline.stores.lance import unindexed_rows
+
+        known = self._backlogs.get((name, version))
+        if known is None:
+            known = self._backlogs[(name, version)] = unindexed_rows(table)
+            while len(self._backlogs) > 8:
+                del self._backlogs[next(iter(self._backlogs))]  # the oldest asked
+        return known
 
     @property
     def deferred_version(self) -> int | None:

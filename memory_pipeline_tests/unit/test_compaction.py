@@ -134,3 +134,21 @@ def test_tables_are_written_in_the_random_access_format_before_and_after_compact
     store.ensure_fts()  # compacts
     assert _fragment_count(store.open()) <= 2
     assert _file_formats(table_dir) == {(2, 1)}
+
+
+def test_a_fold_for_a_server_leaves_no_index_lacking_rows_even_after_a_rebuild(tmp_path):
+    """A server waits out a version any of whose indices lacks rows (``service/warm.py``): when the
+    writer folds for it (``fold``), the rebuilt full-text indices are not enough, the key indices
+    must have the new rows too; without ``fold`` a small backlog is left for later."""
+    from memory_pipeline.stores.lance import unindexed_rows
+
+    store = _committed(tmp_path, 2, rows=3, seed=3)
+    store.ensure_fts()
+    assert unindexed_rows(store.open()) == 0
+    rng = np.random.default_rng(4)
+    store.replace_docs(_rows(store.open().schema, "src:new.md", 3, rng), ["src:new.md"])
+    store.ensure_fts(rebuild=True)  # no server: the key indices may lag
+    assert unindexed_rows(store.open()) > 0
+    store.replace_docs(_rows(store.open().schema, "src:new2.md", 3, rng), ["src:new2.md"])
+    store.ensure_fts(rebuild=True, fold=True)
+    assert unindexed_rows(store.open()) == 0
