@@ -757,7 +757,6 @@ def write_parquet(table: pa.Table, path: Path) -> None:
 def read_object_parquet(store: pafs.FileSystem, path: str, schema: pa.Schema | None) -> pa.Table:
     """:func:`read_parquet` for an object: missing is empty; damaged is moved aside and empty."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     empty = schema.empty_table() if schema is not None else pa.table({})
     # Fetched first, and apart: a network error, throttling or a denied read is raised as it is
@@ -768,9 +767,7 @@ def read_object_parquet(store: pafs.FileSystem, path: str, schema: pa.Schema | N
     except FileNotFoundError:
         return empty
     try:
-        source = pa.BufferReader(data)
-        present = set(pq.read_schema(source).names) if schema is not None else set()
-        table = pq.read_table(source, columns=[n for n in schema.names if n in present] if schema is not None else None)
+        table = _read_columns(pa.BufferReader(data), schema)
     except (pa.ArrowException, OSError, ValueError) as err:
         aside = f"{path}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}"
         try:
@@ -781,6 +778,18 @@ def read_object_parquet(store: pafs.FileSystem, path: str, schema: pa.Schema | N
         log.warning("s3://%s is damaged (%s); moved aside to %s and rebuilt", path, type(err).__name__, aside.rsplit("/", 1)[-1])
         return empty
     return table if schema is None else conform(table, schema)
+
+
+def _read_columns(source, schema: pa.Schema | None) -> pa.Table:
+    """A Parquet file (path or buffer) with only ``schema``'s columns read, those the file has
+    (all of them without a schema). A file damaged only in a column not asked for is then left in
+    place: the read that needs that column sets it aside."""
+    import pyarrow.parquet as pq
+
+    if schema is None:
+        return pq.read_table(source)
+    present = set(pq.read_schema(source).names)
+    return pq.read_table(source, columns=[n for n in schema.names if n in present])
 
 
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
@@ -807,19 +816,13 @@ def read_parquet(path: Path, schema: pa.Schema | None) -> pa.Table:
     reads as a table without columns).
     """
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     empty = schema.empty_table() if schema is not None else pa.table({})
     if not path.is_file():
         return empty
     try:
-        if schema is None:
-            return pq.read_table(path)
-        # Only the schema's columns are read (a caller asking for a few reads no more). A file
-        # damaged only in a column not asked for is then left in place: the read that needs it
-        # sets it aside.
-        present = set(pq.read_schema(path).names)
-        return conform(pq.read_table(path, columns=[n for n in schema.names if n in present]), schema)
+        table = _read_columns(path, schema)
+        return table if schema is None else conform(table, schema)
     except (pa.ArrowException, OSError, ValueError) as err:
         aside = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}")
         try:

@@ -43,6 +43,8 @@ class WarmSearcher:
     """A ``MemorySearcher`` opened once and moved to the latest table version as commits land."""
 
     def __init__(self, settings: Settings, *, refresh_seconds: float = 0.25) -> None:
+        from memory_pipeline.search.lru import LRU  # not at import: the search package is heavy
+
         self.settings = settings
         self.refresh_seconds = refresh_seconds
         self._lock = threading.Lock()
@@ -50,7 +52,7 @@ class WarmSearcher:
         self._checked = 0.0
         self._own_write = False  # the next refresh takes the latest version, unindexed rows or not
         self._deferred: tuple[int, float] | None = None  # (version waited out, since when)
-        self._backlogs: dict[tuple[str, int], int] = {}  # (table, version) -> its unindexed rows
+        self._backlogs: LRU[tuple[str, int], int] = LRU(8)  # (table, version) -> its unindexed rows
 
     def get(self):
         """The searcher, on a table version at most ``refresh_seconds`` old."""
@@ -123,9 +125,8 @@ class WarmSearcher:
 
         known = self._backlogs.get((name, version))
         if known is None:
-            known = self._backlogs[(name, version)] = unindexed_rows(table)
-            while len(self._backlogs) > 8:
-                del self._backlogs[next(iter(self._backlogs))]  # the oldest asked
+            known = unindexed_rows(table)
+            self._backlogs.put((name, version), known)
         return known
 
     @property

@@ -152,9 +152,7 @@ def write_vectors(
         else:
             counts = WriteCounts()
             for docs, part in doc_slices(shard_chunks, replaced + deleted):
-                wrote = store.replace_docs(table_rows(part, settings, ident, now, vectors), docs)
-                counts.inserted, counts.updated = counts.inserted + wrote.inserted, counts.updated + wrote.updated
-                counts.deleted, counts.commits = counts.deleted + wrote.deleted, counts.commits + wrote.commits
+                counts.add(store.replace_docs(table_rows(part, settings, ident, now, vectors), docs))
         del vectors
         hooks.at("write_after_first_commit")
         stats.files_replaced += len(replaced)
@@ -230,7 +228,7 @@ def _arrow(frames: Mapping[str, pl.DataFrame], shard: str, schema: pa.Schema) ->
     columns when the frames are the IO manager's (``LazyFrames``), else converted."""
     if isinstance(frames, storage.LazyFrames):
         return frames.table(shard, schema)
-    return frames[shard].to_arrow().select(schema.names).cast(schema)
+    return storage.conform(frames[shard].to_arrow(), schema)  # a frame without columns reads empty
 
 
 def _search_text(heading: str, text: str, path: str) -> str:
@@ -291,12 +289,7 @@ class ShardVectors:
 
     @classmethod
     def read(cls, embeddings: Mapping[str, pl.DataFrame], shard: str, ident: EmbeddingIdentity) -> ShardVectors:
-        schema = embeddings_schema(ident.dims)
-        if isinstance(embeddings, storage.LazyFrames):
-            emb = embeddings.table(shard, schema)
-        else:  # a shard with no embeddings reads as a frame without columns: nothing has its vector
-            frame = embeddings[shard]
-            emb = frame.to_arrow().select(schema.names).cast(schema) if "vector" in frame.columns else schema.empty_table()
+        emb = _arrow(embeddings, shard, embeddings_schema(ident.dims))  # no file: no vector at all
         row_of = {h: i for i, h in enumerate(emb.column("content_hash").to_pylist())}
         matrix = emb.column("vector").combine_chunks().flatten().to_numpy(zero_copy_only=False).reshape(-1, ident.dims)
         return cls(np.ascontiguousarray(matrix, dtype=np.float32), row_of)

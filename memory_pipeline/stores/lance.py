@@ -193,6 +193,13 @@ class WriteCounts:
     deleted: int = 0
     commits: int = 0
 
+    def add(self, other: WriteCounts) -> None:
+        """Count ``other``'s writes in these."""
+        self.inserted += other.inserted
+        self.updated += other.updated
+        self.deleted += other.deleted
+        self.commits += other.commits
+
 
 class VectorStore:
     """One LanceDB table; ``meta`` (provider, model, dims) is stored in the schema and checked on open."""
@@ -377,11 +384,7 @@ class VectorStore:
             )
             return WriteCounts(result.num_inserted_rows, result.num_updated_rows, result.num_deleted_rows, 1)
 
-        done = _with_conflict_retry(table, action, f"write to {self.table_name}")
-        counts.inserted += done.inserted
-        counts.updated += done.updated
-        counts.deleted += done.deleted
-        counts.commits += done.commits
+        counts.add(_with_conflict_retry(table, action, f"write to {self.table_name}"))
 
     def ensure_fts(self, fts=None, *, rebuild: bool = False, fold: bool = False) -> dict:
         """Create the FTS index when missing (or ``rebuild``); fold new rows into it once many are unindexed.
@@ -445,19 +448,19 @@ class VectorStore:
         # are, or at once (``fold``) when a server's searches would pay for them meanwhile: each
         # fragment of unindexed rows cost a hybrid search about 3 ms of CPU at 100k chunks (80 rows
         # in 1, 2, 4 fragments: +3.3, +5.0, +12.4 ms), a fold 1.5 s once, on the writer's CPU.
+        # A server waits out a version any of whose indices lacks rows (``service/warm.py``), so a
+        # fold for it looks at every index: after a rebuilt full-text index the key and vector
+        # indices may still lack a forced run's rows.
+        if fold and unindexed_rows(table):
+            table.optimize()
+            return {"fts": "created" if created else "optimized"}
         unindexed = 0
         for column in (FTS_COLUMN, DOC_FTS_COLUMN):
             stats = table.index_stats(f"{column}_idx") if column in table.schema.names else None
-            if stats is not None and stats.num_unindexed_rows > (0 if fold else max(2000, stats.num_indexed_rows // 10)):
+            if stats is not None and stats.num_unindexed_rows > max(2000, stats.num_indexed_rows // 10):
                 table.optimize()
                 return {"fts": "created" if created else "optimized"}
             unindexed = max(unindexed, getattr(stats, "num_unindexed_rows", 0) or 0)
-        if fold and unindexed_rows(table):
-            # A server waits out a version any of whose indices lacks rows (``service/warm.py``):
-            # after a rebuilt full-text index the key and vector indices may still lack a forced
-            # run's rows.
-            table.optimize()
-            return {"fts": "created" if created else "optimized"}
         if created:
             return {"fts": "created"}
         return {"fts": "current", "unindexed_rows": unindexed}
