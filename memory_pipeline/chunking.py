@@ -249,12 +249,13 @@ def markdown_units(text: str, piece_tokens: int, *, titled: bool = False) -> lis
                 stack.append((level, m.group(2).strip()))
         if not level:
             context = _breadcrumb(stack)
+        is_title = title is not None and i == title + 1
         if len(line) > too_long or tokens + 1 > piece_tokens:
             for piece in _split_text(line, piece_tokens - 1):
                 units.append(_Unit(piece, count_tokens(piece) + 1, i, i, context))
         else:
-            units.append(_Unit(line, tokens + 1, i, i, context, heading_level=level, title=title is not None and i == title + 1))
-        if title is not None and i == title + 1:
+            units.append(_Unit(line, tokens + 1, i, i, context, heading_level=level, title=is_title))
+        if is_title:
             stack.append((0, line.strip()))
     # Section sizes let the packer start a new chunk at a heading when the section would not fit.
     for idx, unit in enumerate(units):
