@@ -23,7 +23,9 @@ operator with nothing on one side is dropped, ``*`` or ``-`` alone are ignored, 
 holds no word at all parses to an empty query (no results, no error).
 
 The vector leg of a hybrid search gets ``vector_text``: the positive words, phrases and prefix
-stems without operators, quotes or excluded words.
+stems without operators, quotes or excluded words; of the clauses it honours the excluded ones
+only (``exclusions``): what is required is required of the full-text leg, whose results hold it,
+while the vector leg may add results on meaning (their text score counts the words they hold).
 """
 
 from __future__ import annotations
@@ -130,6 +132,16 @@ class ParsedQuery:
     def highlight_terms(self) -> list[str]:
         """Folded, lightly stemmed words to highlight in snippets (``query_terms`` of the positive words)."""
         return query_terms(" ".join(t.text for c in self.positive for t in c.terms))
+
+    @cached_property
+    def exclusions(self) -> ParsedQuery:
+        """The query's excluded clauses alone: what a hybrid search's vector leg honours. Required
+        phrases, prefixes and AND sides shape the full-text leg; the vector leg ranks the
+        positive words by meaning, so a question quoting a title ("the book "Becoming Nicole"")
+        still finds the turn that talks about the book without its exact name."""
+        if all(c.negated for c in self.clauses):
+            return self
+        return ParsedQuery(raw=self.raw, clauses=tuple(c for c in self.clauses if c.negated))
 
     @cached_property
     def constrains(self) -> bool:
