@@ -116,6 +116,7 @@ bench: venv
 	$(BIN)/python benchmarks/bench_providers.py --texts 1000 --out benchmarks/results-providers.json
 	$(BIN)/python benchmarks/bench_service.py --notes 300 --seconds 60 --out benchmarks/results-service.json
 	$(BIN)/python benchmarks/bench_service.py --embedder fake-openai --scale-files 10000 --seconds 60 --out benchmarks/results-service-100k.json
+	$(BIN)/python benchmarks/bench_service.py --scale-files 10000 --seconds 60 --out benchmarks/results-service-100k-int8.json
 
 bench-quick: venv
 	$(BIN)/python benchmarks/bench_index.py --quick --out benchmarks/results-quick.json

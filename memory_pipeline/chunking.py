@@ -135,7 +135,7 @@ def _split_words(text: str, max_tokens: int) -> list[str]:
     out: list[str] = []
     at = 0
     while at < len(words):
-        lo, hi, best = at + 1, len(words), at
+        lo, hi, best = at + 1, min(len(words), at + max_tokens), at  # a word is a token at least
         while lo <= hi:
             mid = (lo + hi) // 2
             if count_tokens("".join(words[at:mid])) <= max_tokens:

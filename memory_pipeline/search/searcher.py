@@ -543,8 +543,8 @@ class MemorySearcher:
         asked: list[str] = []
         flat_sims: np.ndarray | None = None  # the query's similarity to every chunk, when the in-memory vectors answered
         if mode in ("hybrid", "vector") and qvec is not None:
-            # Hybrid: required clauses shape the full-text leg, the vector leg honours exclusions only.
-            vector_clauses = parsed.exclusions if mode == "hybrid" else parsed
+            # Hybrid: a quoted phrase shapes the full-text leg; the vector leg honours exclusions and operators.
+            vector_clauses = parsed.vector_clauses if mode == "hybrid" else parsed
             rows, vecs, flat_sims = self._vector_rows(qvec, where, vector_clauses, pool, layout, with_vectors=opts.mmr)
             for row, vec in zip(rows, vecs):
                 candidates[row["chunk_id"]] = Candidate(row, sv=max(0.0, 1.0 - float(row["_distance"])), vector=vec)

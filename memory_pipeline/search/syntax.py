@@ -15,17 +15,18 @@ Meaning:
 * a phrase or a prefix is *required* (it is asked for explicitly); ``a AND b`` makes both sides
   required; ``a OR b`` makes one clause of which either may match (required when one of its
   members is a phrase or a prefix, or when it sits next to an AND);
-* ``-word``, ``-"a phrase"``, ``NOT word`` exclude results holding it; a ``-`` before a digit is a
-  minus sign (``-5``, ``E2f-1, -2, -3``), so a number is excluded with ``NOT 5``.
+* ``-word``, ``-"a phrase"``, ``NOT word`` exclude results holding it; a ``-`` before a digit or a
+  sign is part of the text (``-5``, ``-$5``, ``E2f-1, -2, -3``), so a number is excluded with ``NOT 5``.
 
 Odd input is read as literally as it can be: an unclosed quote runs to the end of the query, an
 operator with nothing on one side is dropped, ``*`` or ``-`` alone are ignored, and anything that
 holds no word at all parses to an empty query (no results, no error).
 
 The vector leg of a hybrid search gets ``vector_text``: the positive words, phrases and prefix
-stems without operators, quotes or excluded words; of the clauses it honours the excluded ones
-only (``exclusions``): what is required is required of the full-text leg, whose results hold it,
-while the vector leg may add results on meaning (their text score counts the words they hold).
+stems without operators, quotes or excluded words; of the clauses it honours the excluded ones and
+those an operator requires (``vector_clauses``): a quoted phrase alone is required of the full-text
+leg, whose results hold it, while the vector leg may add results on meaning (their text score
+counts the words they hold, not the phrase).
 """
 
 from __future__ import annotations
@@ -77,6 +78,9 @@ class Clause:
     terms: tuple[Term, ...]
     required: bool = False
     negated: bool = False
+    # Required by an operator (an AND beside it, a prefix in it), not only because it quotes a
+    # phrase: hybrid's vector leg honours these (``ParsedQuery.vector_clauses``).
+    operator: bool = False
 
     def matches(self, folded: str) -> bool:
         return any(t.matches(folded) for t in self.terms)
@@ -134,14 +138,14 @@ class ParsedQuery:
         return query_terms(" ".join(t.text for c in self.positive for t in c.terms))
 
     @cached_property
-    def exclusions(self) -> ParsedQuery:
-        """The query's excluded clauses alone: what a hybrid search's vector leg honours. Required
-        phrases, prefixes and AND sides shape the full-text leg; the vector leg ranks the
-        positive words by meaning, so a question quoting a title ("the book "Becoming Nicole"")
-        still finds the turn that talks about the book without its exact name."""
-        if all(c.negated for c in self.clauses):
-            return self
-        return ParsedQuery(raw=self.raw, clauses=tuple(c for c in self.clauses if c.negated))
+    def vector_clauses(self) -> ParsedQuery:
+        """The clauses a hybrid search's vector leg honours: the excluded ones, and those required
+        by an operator (AND, a prefix ``scann*``). A quoted phrase alone is required of the
+        full-text leg only: questions quote titles and sayings ("the book "Becoming Nicole"")
+        that the note answering them may put in other words, and the vector leg ranks those
+        by meaning (their text score counts the words they hold, not the phrase)."""
+        kept = tuple(c for c in self.clauses if c.negated or c.operator or not c.required)
+        return self if len(kept) == len(self.clauses) else ParsedQuery(raw=self.raw, clauses=kept)
 
     @cached_property
     def constrains(self) -> bool:
@@ -192,15 +196,17 @@ def parse_query(raw: str) -> ParsedQuery:
             items.append(("op", tok))
             continue
         negated = False
-        # "-" before a digit is a minus sign, not an exclusion: "-5 degrees", "E2f-1, -2, -3"
-        # (claims and notes write numbers so far more often than anyone excludes one; NOT 5 does).
-        if tok.startswith("-") and len(tok) > 1 and not tok[1].isdigit():
+        # "-" excludes a word or a phrase: before a digit or a sign it is part of the text, a minus
+        # ("-5 degrees", "-$5", "-½", "E2f-1, -2, -3": notes and questions write numbers so far
+        # more often than anyone excludes one; NOT 5 does).
+        if tok.startswith("-") and len(tok) > 1 and (tok[1].isalpha() or tok[1] in '"_'):
             negated, tok = True, tok[1:]
         if tok.startswith('"'):
             words = _words(tok.strip('"'))
             if not words:
                 continue
-            term = Term("phrase", words) if len(words) > 1 else Term("word", words)
+            # A quoted single word is that word (its text is what the full-text query asks for).
+            term = Term("phrase", words) if len(words) > 1 else Term("word", words, raw=" ".join(words))
         elif tok.endswith("*") and len(tok.rstrip("*")) > 0:
             words = _words(tok.rstrip("*"))
             if not words:
@@ -235,7 +241,8 @@ def _group(items: list[tuple[str, object]]) -> list[Clause]:
         nonlocal group, group_required
         if group:
             required = group_required or any(t.kind != "word" for t in group)
-            clauses.append(Clause(tuple(group), required=required))
+            operator = group_required or any(t.kind == "prefix" for t in group)
+            clauses.append(Clause(tuple(group), required=required, operator=operator))
         group, group_required = [], False
 
     for kind, value in items:

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memory_pipeline import progress, storage
-from memory_pipeline.changes import EmbeddingIdentity, fingerprint
+from memory_pipeline.changes import EmbeddingIdentity, chunk_budget, fingerprint
 from memory_pipeline.discovery import MEDIA_MODALITIES, SHARD_KEYS
 from memory_pipeline.models import (
     CHUNKS_SCHEMA,
@@ -320,7 +320,7 @@ def table_rows(chunks: pa.Table, settings: Settings, ident: EmbeddingIdentity, n
         "text": c["text"],
         FTS_COLUMN: [_search_text(h, t, p) for h, t, p in zip(c["heading"], c["text"], c["path"])],
         # Written with the chunks, in the same commit: a reader never sees a file's chunks without it.
-        DOC_FTS_COLUMN: document_texts(c["doc_id"], c["chunk_index"], c["text"], c["path"]),
+        DOC_FTS_COLUMN: document_texts(c["doc_id"], c["chunk_index"], c["text"], c["path"], max_overlap=chunk_budget(settings, ident)[1]),
         "content_hash": c["content_hash"],
         "line_start": c["line_start"],
         "line_end": c["line_end"],

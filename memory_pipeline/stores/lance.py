@@ -12,7 +12,6 @@ import json
 import math
 import os
 import random
-import re
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -91,55 +90,58 @@ def file_name_words(path: str) -> str:
     return os.path.splitext(os.path.basename(path))[0].replace("-", " ").replace("_", " ")
 
 
-def join_chunks(texts: Sequence[str]) -> str:
+def join_chunks(texts: Sequence[str], max_overlap: int | None = None) -> str:
     """The text of consecutive chunks with each chunk's overlap with the one before counted once
-    (term frequencies must be the document's, not inflated by the chunker's overlap)."""
+    (term frequencies must be the document's, not inflated by the chunker's overlap).
+    ``max_overlap``: the chunker's overlap in tokens, when known (0: nothing is carried)."""
     out: list[str] = []
     prev = ""
     for text in texts:
-        out.append(text[_overlap(prev, text) :])
+        out.append(text[_overlap(prev, text, max_overlap) :])
         prev = text
     return "\n".join(t for t in out if t)
 
 
-_WORD_RUN = re.compile(r"\S+")
-
-
-def _overlap(prev: str, text: str) -> int:
-    """Where ``text`` goes on after its overlap with ``prev``: the end of the longest run of words
-    that ends ``prev`` and begins ``text`` (0 when none). Words, not characters: the chunker carries
-    a split long line's last words into the next chunk as a line of their own, so the overlap can
-    differ from the end of ``prev`` in its spaces and line breaks ("increases \\n" there, "increases\\n"
-    here), never in its words. A run that is the whole of ``text`` is not an overlap (a chunk
-    repeated whole is the document's own repetition)."""
-    if not prev or not text:
+def _overlap(prev: str, text: str, max_overlap: int | None = None) -> int:
+    """Where ``text`` goes on after the overlap the chunker carried into it from ``prev`` (0 when
+    none). The chunker carries whole lines, or a long line's last words as a line of their own,
+    and puts the chunk's new lines after them: so the overlap is a run of ``text``'s first lines
+    that ends ``prev`` (less its trailing spaces: "increases \\n" there, "increases\\n" here) and
+    starts at a word boundary of it, and a line break follows it in ``text``. The longest such run
+    is taken. Nothing else is: words merely repeated at a boundary (a table of "10 10 10", a chunk
+    that starts with the words the one before ended with, nothing carried) are the document's
+    own. A run that is the whole of ``text`` is not an overlap (a chunk repeated whole is the
+    document's own repetition). With ``max_overlap`` the run is the longest whose lines fit it as
+    the chunker counts them (each line's tokens and its line break): the chunker carries the most
+    trailing lines that fit, so a document repeating its lines at a chunk boundary keeps the
+    repeats the chunker did not carry."""
+    if not prev or not text or max_overlap == 0:
         return 0
-    head = [(m.group(), m.end()) for m in _WORD_RUN.finditer(text)]
-    words = [w for w, _ in head]
-    if len(words) < 2:
-        return 0
-    # The overlap is shorter than ``text``: it lies in the last len(words) - 1 words of ``prev``.
-    tail = _WORD_RUN.findall(prev)[-(len(words) - 1) :]
-    # Knuth-Morris-Pratt over words: the longest prefix of ``words`` that ends ``tail``, in time
-    # linear in the words whatever they are (a rule of "- - - -" split in pieces repeats one word).
-    border = [0] * len(words)
-    k = 0
-    for i in range(1, len(words)):
-        while k and words[i] != words[k]:
-            k = border[k - 1]
-        if words[i] == words[k]:
-            k += 1
-        border[i] = k
-    k = 0
-    for word in tail:
-        while k and word != words[k]:
-            k = border[k - 1]
-        if word == words[k]:
-            k += 1
-    return head[k - 1][1] if k else 0
+    end = prev.rstrip()
+    last = len(text.rstrip())  # text must go on after the run
+    best = 0
+    at = text.find("\n")
+    while 0 <= at < last:
+        run = text[:at].rstrip()
+        if len(run) > len(end):  # runs only grow: none further can end ``prev``
+            break
+        if run.strip() and end.endswith(run) and (len(run) == len(end) or end[len(end) - len(run) - 1].isspace()):
+            if max_overlap is not None and _line_tokens(run) > max_overlap:
+                break  # longer runs do not fit either
+            best = at
+        at = text.find("\n", at + 1)
+    return best
 
 
-def document_texts(doc_ids: Sequence[str], chunk_index: Sequence[int], texts: Sequence[str], paths: Sequence[str]) -> list[str]:
+def _line_tokens(run: str) -> int:
+    """Tokens of ``run``'s lines as the chunker counts a carried overlap (each line and its break)."""
+    from memory_pipeline.chunking import count_tokens_many
+
+    lines = run.split("\n")
+    return sum(count_tokens_many(lines)) + len(lines)
+
+
+def document_texts(doc_ids: Sequence[str], chunk_index: Sequence[int], texts: Sequence[str], paths: Sequence[str], max_overlap: int | None = None) -> list[str]:
     """The ``DOC_FTS_COLUMN`` value of each chunk row: the whole document's text and file name on the
     document's first chunk, empty on the others (see ``DOC_FTS_COLUMN`` for why not null)."""
     order: dict[str, list[int]] = {}
@@ -148,7 +150,7 @@ def document_texts(doc_ids: Sequence[str], chunk_index: Sequence[int], texts: Se
     out: list[str] = [""] * len(doc_ids)
     for rows in order.values():
         rows.sort(key=lambda i: chunk_index[i])
-        body = join_chunks([texts[i] or "" for i in rows])
+        body = join_chunks([texts[i] or "" for i in rows], max_overlap)
         out[rows[0]] = "\n".join(p for p in (body, file_name_words(paths[rows[0]])) if p)
     return out
 

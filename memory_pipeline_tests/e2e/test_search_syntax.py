@@ -64,6 +64,7 @@ def test_quoted_phrase(fts_only):
     assert _fts(fts_only, '"duty manager"') == ["roster.md"]  # manager.md has both words, not adjacent
     assert set(_fts(fts_only, "duty manager")) >= {"roster.md", "manager.md"}
     assert _fts(fts_only, '"manager duty"') == []
+    assert set(_fts(fts_only, '"duty"')) == {"roster.md", "manager.md"}  # a quoted single word is that word
 
 
 def test_prefix(fts_only):
@@ -112,6 +113,11 @@ def test_hybrid_syntax_shapes_the_text_leg_and_words_go_to_the_vector_leg(hybrid
     # below the one holding the phrase (manager.md has both words, not adjacent).
     assert all(r.score <= results[0].score for r in results)
     assert "roster.md" not in _names(search("Horatio -Priya", settings=hybrid, min_score=0.0))  # exclusions hold in both legs
+    # Operators hold in both legs too: AND and a prefix are asked for on purpose.
+    assert _names(search("Horatio AND venue", settings=hybrid, min_score=0.0)) == ["people.md"]
+    assert _names(search("Horatio AND descaling", settings=hybrid, min_score=0.0)) == []
+    names = _names(search("scann* recall", settings=hybrid, min_score=0.0))
+    assert names[0] == "vectors.md" and set(names) <= {"vectors.md", "scanning.md"}  # every result holds scann*
 
 
 def test_a_quoted_name_in_a_question_does_not_hide_the_answer_in_hybrid(hybrid, fts_only):

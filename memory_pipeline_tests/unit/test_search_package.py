@@ -431,6 +431,8 @@ def test_the_clause_check_skipped_without_clauses_keeps_what_the_check_keeps(que
     [
         ("Differentiated E2f-1, -2, -3 TKO cells", ("differentiated", "e2f", "1", "2", "3", "tko", "cells"), []),
         ("fridge at -5 degrees", ("fridge", "at", "5", "degrees"), []),
+        ("refund -$5 and -.5", ("refund", "5", "and", "5"), []),
+        ('"duty" rota', ("duty", "rota"), []),
         ("Horatio -venue", ("horatio",), [("venue",)]),
         ("Horatio NOT 5", ("horatio",), [("5",)]),
         ('budget -"offsite plan"', ("budget",), [("offsite", "plan")]),
@@ -444,3 +446,4 @@ def test_a_minus_before_a_digit_is_a_number_not_an_exclusion(query, words, exclu
     parsed = parse_query(query)
     assert tuple(w for c in parsed.positive for t in c.terms for w in t.words) == words
     assert [t.words for c in parsed.clauses if c.negated for t in c.terms] == excluded
+    assert all(w for w in parsed.words)  # a quoted single word is asked for (it was an empty word)
