@@ -11,7 +11,7 @@ from memory_pipeline.settings import Settings
 
 MAX_QUERY_CHARS = 2000
 # The media description ("Image x.jpg (JPEG, 900x600)") would match every image: not query text.
-_QUERY_KINDS = ("note", "ocr", "exif", "time", "frame", "page", "para", "row", "text")
+QUERY_KINDS = ("note", "ocr", "exif", "time", "frame", "page", "para", "row", "text")
 
 
 def query_file(path: str, expected: str, settings: Settings, *, name: str | None = None) -> tuple[str, str, str]:
@@ -46,7 +46,7 @@ def derived_query_text(path: str, expected: str, settings: Settings, *, allow_em
         segments = extract(abs_path, modality, mime, MediaOptions.from_settings(settings))
     except ExtractionError as err:
         raise MemoryPipelineError(f"cannot read {name}: {err.reason}") from err
-    text = " ".join(s.text for s in segments if s.kind in _QUERY_KINDS).strip()
+    text = " ".join(s.text for s in segments if s.kind in QUERY_KINDS).strip()
     if not text and not allow_empty:
         what = "no text in the image" if expected == "image" else "no speech in the recording"
         raise MemoryPipelineError(

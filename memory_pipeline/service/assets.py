@@ -221,8 +221,9 @@ class AssetService:
 
         return indexed_media_types(self.settings)
 
-    def _extract(self, path: str, name: str, mime: str, modality: str, field: str) -> str:
-        """The derived text of an uploaded file (OCR, photo details, transcript, page text)."""
+    def _extract(self, path: str, name: str, mime: str, modality: str, field: str, *, kinds: tuple[str, ...] | None = None) -> str:
+        """The derived text of an uploaded file (OCR, photo details, transcript, page text);
+        ``kinds``: only segments of these kinds (a query leaves out the media description)."""
         from memory_pipeline.extraction import MediaOptions, extract
 
         with tempfile.TemporaryDirectory(prefix="memory-ingest-") as tmp:
@@ -232,7 +233,7 @@ class AssetService:
                 segments = extract(target, modality, mime, MediaOptions.from_settings(self.settings), root=tmp)
             except ExtractionError as err:
                 raise Unsupported(f"{field}: cannot read the file: {err.reason}", key=field) from err
-        return "\n".join(s.text for s in segments if s.text.strip()).strip()
+        return "\n".join(s.text for s in segments if s.text.strip() and (kinds is None or s.kind in kinds)).strip()
 
     # --- look-ups ----------------------------------------------------------------------
 
@@ -386,8 +387,12 @@ class AssetService:
             mime, modality = sniff(fh.read(8192), name)
         if modality not in ACCEPTS[kind] or modality not in MEDIA_MODALITIES:
             raise Unsupported(f"{field}: the file is {mime or 'of an unknown type'}, not {'an' if kind == 'image' else 'a'} {kind}", key=field)
+        from memory_pipeline.querying import QUERY_KINDS
+
         use_text, use_native = plan(retrieval_mode, native_available(self.settings, self.service.searcher.get()))
-        text = self._extract(path, name, mime, modality, field)[:2000] if use_text else ""
+        # As `memory search --image/--audio`: the description ("Audio recording x.wav (audio/wav, 0:02
+        # long)") is no query text: it matches every file, and its digits are identifiers none has.
+        text = self._extract(path, name, mime, modality, field, kinds=QUERY_KINDS)[:2000] if use_text else ""
         if use_text and not text and not use_native:
             what = "no text in the image" if kind == "image" else "no speech in the recording"
             raise ConfigError(f"nothing to search with: {what}", key=field, hint="native media queries need native vectors")

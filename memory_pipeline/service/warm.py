@@ -27,6 +27,7 @@ finds a server up always folds), so they appear then, whole, or after ``MAX_LAG_
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
 import time
@@ -53,6 +54,7 @@ class WarmSearcher:
         self._own_write = False  # the next refresh takes the latest version, unindexed rows or not
         self._deferred: tuple[int, float] | None = None  # (version waited out, since when)
         self._backlogs: LRU[tuple[str, int], int] = LRU(8)  # (table, version) -> its unindexed rows
+        self._probe = None  # a handle of the refresh's own, to look at the latest version with
 
     def get(self):
         """The searcher, on a table version at most ``refresh_seconds`` old."""
@@ -84,25 +86,31 @@ class WarmSearcher:
         from memory_pipeline.stores import generations
 
         if searcher is None:
+            self._probe = None
             return MemorySearcher(self.settings)
         name, _ = generations.current(self.settings)
         if searcher.table is None or name != searcher.store.table_name:
             # The table appeared, or a new generation (another model) became current.
+            self._probe = None
             return MemorySearcher(self.settings)
         own, self._own_write = self._own_write, False
         table = searcher.table
         try:
             current = int(table.version)
-            table.checkout_latest()
-            latest = int(table.version)
-            if own or latest == current:
+            # The latest version is looked at through a handle of the refresh's own: queries in
+            # flight read the searcher's handle several times (each leg, then the rows taken), so
+            # it must never move under them; a searcher moved on gets a new handle (``_on``).
+            probe = self._probe or searcher.store.db.open_table(name)
+            self._probe = probe
+            probe.checkout_latest()
+            latest = int(probe.version)
+            if latest == current:
                 self._deferred = None
                 return searcher
-            backlog = self._backlog(table, name, latest)
-            if backlog > DEFER_ROWS:
+            if not own:
+                backlog = self._backlog(probe, name, latest)
                 # Measured only when a new version holds many: the one searched now, for comparison.
-                table.checkout(current)
-                if backlog > self._backlog(table, name, current):
+                if backlog > DEFER_ROWS and backlog > self._backlog(table, name, current):
                     first = self._deferred[1] if self._deferred is not None else time.monotonic()
                     if time.monotonic() - first < MAX_LAG_SECONDS:
                         # Rows a writer has not folded into the indices yet: searches stay on the
@@ -110,12 +118,13 @@ class WarmSearcher:
                         self._deferred = (latest, first)
                         return searcher
                     log.info("searching table version %d with %d rows the indices lack (not folded after %.0f s)", latest, backlog, MAX_LAG_SECONDS)
-                table.checkout_latest()
             self._deferred = None
+            self._probe = None  # the probe becomes the searcher's handle; the next refresh opens another
+            return _on(searcher, probe)
         except Exception as err:  # noqa: BLE001 - the table was dropped or rebuilt under us: open it anew
+            self._probe = None
             log.info("re-opening the table after %s: %s", type(err).__name__, err)
             return MemorySearcher(self.settings)
-        return searcher
 
     def _backlog(self, table, name: str, version: int) -> int:
         """The unindexed rows of ``table`` (called ``name``) at its checked-out ``version``, counted
@@ -134,3 +143,12 @@ class WarmSearcher:
         """The latest table version searches are waiting out (its new rows not indexed yet), if any."""
         deferred = self._deferred
         return deferred[0] if deferred is not None else None
+
+
+def _on(searcher, table):
+    """``searcher`` on another handle (another version) of its table, sharing what it loaded (the
+    model, the per-version vectors and full-text statistics): queries in flight on ``searcher``
+    keep its handle, and so one version from start to end."""
+    moved = copy.copy(searcher)
+    moved.table = table
+    return moved

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from memory_pipeline_tests.service.conftest import cli_env, memory
+from memory_pipeline_tests.service.conftest import NOTES, Server, cli_env, memory
 
 pytestmark = pytest.mark.slow
 
@@ -133,6 +133,33 @@ def test_write_note_then_find_it(server, memory_config):
     assert not (memory_config.parent / "x.md").exists()
 
 
+def test_index_route_is_memory_index_json(server, memory_config):
+    """POST /api/memory/index runs `memory index` on what changed in the folder behind the server's
+    back and answers its JSON (the keys and value types of `memory index --json`); the note is then
+    found, and a second call has nothing to embed."""
+    note = memory_config.parent / "mem" / "notes" / "kiln.md"
+    note.parent.mkdir(exist_ok=True)
+    note.write_text("# Pottery\nThe pottery kiln in the basement fires at 1240 degrees on Thursdays.\n")
+    resp = server.http.post("/api/memory/index")
+    assert resp.status_code == 200, resp.text
+    run = resp.json()
+    assert run["files_changed"] >= 1 and run["chunks_embedded"] >= 1 and run["rows_written"] >= 1, run
+    assert run["provider"] == "local" and run["table_rows"] > 0 and not run["skipped_run"] and run["files_seen"] >= len(NOTES) + 1
+    assert search(server, query="what temperature does the pottery kiln fire at")[0]["path"].endswith("notes/kiln.md")
+    again = server.http.post("/api/memory/index")
+    assert again.status_code == 200, again.text
+    again = again.json()
+    assert (again["files_changed"], again["chunks_embedded"], again["rows_written"], again["rows_deleted"]) == (0, 0, 0, 0), again
+    # The CLI's JSON for the same folder (nothing left to do there either): the same keys, the same types.
+    cli = memory("index", "--config", str(memory_config), "--json", cwd=memory_config.parent)
+    assert cli.returncode == 0, cli.stderr
+    cli = json.loads(cli.stdout)
+    assert cli["ok"] is True and cli["chunks_embedded"] == 0
+    assert set(cli) - {"ok"} == set(run) - {"ok"}, set(cli) ^ set(run)
+    for key in set(cli) - {"ok"}:
+        assert cli[key] is None or run[key] is None or type(cli[key]) is type(run[key]), (key, cli[key], run[key])
+
+
 def test_status(server):
     status = server.http.get("/api/memory/status").json()
     assert status["ready"] and status["provider"] == "local" and status["table"]["rows"] > 0
@@ -168,6 +195,34 @@ def test_foreign_host_header_is_refused(server):
 def test_no_cors_by_default(server):
     resp = server.http.options("/api/memory/search", headers={"origin": "http://evil.example", "access-control-request-method": "POST"})
     assert "access-control-allow-origin" not in resp.headers
+
+
+def test_cors_origin_allows_that_origin_only(memory_config, tmp_path):
+    """`memory serve --cors-origin O`: preflights and requests from O get Access-Control-Allow-Origin,
+    any other origin none. (A copy of the folder: a second server on the same data folder would take
+    over its server file.)"""
+    import shutil
+
+    root = tmp_path / "cors"
+    shutil.copytree(memory_config.parent, root, ignore=shutil.ignore_patterns("serve-*.log", "server.json"))
+    allowed, other = "http://app.example:3000", "http://evil.example"
+    srv = Server(root / "memory_pipeline.yaml", "--cors-origin", allowed)
+    try:
+        pre = {"access-control-request-method": "POST", "access-control-request-headers": "content-type"}
+        ok = srv.http.options("/api/memory/search", headers={"origin": allowed, **pre})
+        assert ok.status_code == 200 and ok.headers["access-control-allow-origin"] == allowed, (ok.status_code, ok.headers)
+        assert "POST" in ok.headers["access-control-allow-methods"]
+        got = srv.http.get("/api/memory/status", headers={"origin": allowed})
+        assert got.status_code == 200 and got.headers["access-control-allow-origin"] == allowed
+        found = srv.http.post("/api/memory/search", json={"query": "standup"}, headers={"origin": allowed})
+        assert found.status_code == 200 and found.headers["access-control-allow-origin"] == allowed
+        refused = srv.http.options("/api/memory/search", headers={"origin": other, **pre})
+        assert refused.status_code >= 400 and "access-control-allow-origin" not in refused.headers
+        foreign = srv.http.get("/api/memory/status", headers={"origin": other})
+        assert foreign.status_code == 200 and "access-control-allow-origin" not in foreign.headers
+        assert "access-control-allow-origin" not in srv.http.get("/api/memory/status").headers  # no Origin: not a CORS request
+    finally:
+        srv.stop()
 
 
 def test_cli_search_goes_through_the_running_server(server, memory_config):

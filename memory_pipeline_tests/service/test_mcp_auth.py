@@ -63,8 +63,16 @@ def test_mcp_over_streamable_http(server):
     async def main():
         async with Client(f"{server.url}/mcp", read_timeout_seconds=600) as client:
             await _session(client)
+            stored = _payload(await client.call_tool("memory_store", {"text": "The hackathon is in Porto in May.", "path": "notes/hackathon.md"}))
+            assert stored["indexed"] and stored["doc_id"] == "mem:notes/hackathon.md"
+            found = _payload(await client.call_tool("memory_search", {"query": "where is the hackathon"}))
+            assert found["results"][0]["path"].endswith("notes/hackathon.md")
+            bad = await client.call_tool("memory_store", {"text": "x", "path": "../outside.md"})
+            assert (bad.is_error if hasattr(bad, "is_error") else bad.isError) and "path" in bad.content[0].text
 
     anyio.run(main)
+    assert (server.config.parent / "mem" / "notes" / "hackathon.md").read_text().startswith("The hackathon is in Porto")
+    assert not (server.config.parent / "outside.md").exists()
 
 
 def test_non_loopback_needs_a_token(memory_config):
@@ -104,8 +112,26 @@ def test_bearer_token(memory_config):
         ok = bare.post("/api/memory/search", json={"query": "standup"}, headers={"Authorization": f"Bearer {token}"})
         assert ok.status_code == 200 and ok.json()["results"]
         bare.close()
+        _mcp_with_token(srv.url.replace("0.0.0.0", "127.0.0.1"), token)
         # `memory search` sends the token from the environment, and falls back in-process without it.
         with_token = memory("search", "--config", str(memory_config), "standup", "--json", cwd=memory_config.parent, MEMORY_PIPELINE_TOKEN=token)
         assert with_token.returncode == 0 and json.loads(with_token.stdout)["results"]
     finally:
         srv.stop()
+
+
+def _mcp_with_token(url: str, token: str) -> None:
+    """The MCP client SDK over streamable HTTP: refused without the bearer token, served with it."""
+    from mcp import Client, MCPError
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    async def connect(headers: dict) -> None:
+        async with create_mcp_http_client(headers=headers) as http:
+            async with Client(streamable_http_client(f"{url}/mcp", http_client=http), read_timeout_seconds=600) as client:
+                await _session(client)
+
+    with pytest.raises(Exception) as refused:  # the SDK answers the 401 with an MCPError in task groups
+        anyio.run(connect, {"Authorization": "Bearer not-the-token"})
+    assert refused.group_contains(MCPError, depth=None) if isinstance(refused.value, BaseExceptionGroup) else refused.errisinstance(MCPError)
+    anyio.run(connect, {"Authorization": f"Bearer {token}"})
