@@ -483,6 +483,14 @@ class MemorySearcher:
             raise ConfigError(f"fusion must be one of {', '.join(FUSIONS)}, got {opts.fusion!r}", key="fusion")
         query = query.strip()
         native = self._native_query_vector(opts.query_media) if opts.query_media and self.table is not None else None
+        if opts.query_media and native is None and not query and self.table is not None and self.provider is None:
+            # A file to search with by its own vector, and no provider to embed it (a missing key):
+            # say so, rather than answer nothing.
+            raise ConfigError(
+                f"a native media query needs the {self.settings.provider} provider to embed the file, and it is not available here",
+                key="retrieval_mode",
+                hint="set the provider's API key in the environment (e.g. GEMINI_API_KEY), or search with the file's text: --retrieval-mode text",
+            )
         if (not query and native is None) or self.table is None:
             return []
         mode = opts.mode

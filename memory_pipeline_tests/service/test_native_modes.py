@@ -202,6 +202,15 @@ def test_cli_through_the_server(native_server, native_config, fake, assets, tmp_
         assert out["results"] and f"/{assets[asset]}/" in out["results"][0]["path"], out
 
 
+def test_a_native_query_without_the_providers_key_says_so(native_server, native_config, files):
+    """In-process without the key, the file cannot be embedded: a clear error and exit 1, not an
+    empty answer."""
+    rc, out, err = _search(native_config, "--image", str(files["blank"]), "--retrieval-mode", "native", "--no-server", key=False)
+    assert rc == 1 and out is None
+    assert "[ERROR]" in err and "native media query needs the gemini provider" in err and "GEMINI_API_KEY" in err
+    assert "Traceback" not in err
+
+
 @pytest.mark.parametrize("mode", ["native", "hybrid"])
 def test_cli_in_process(native_server, native_config, files, assets, mode):
     native_server.settle()
