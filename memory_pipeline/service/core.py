@@ -156,7 +156,7 @@ class MemoryService:
         """
         if not isinstance(path, str) or not path.strip() or "\x00" in path:
             raise ConfigError("path must name a file inside a source folder", key="path")
-        sources = [self.settings.source(source)] if source else list(self.settings.sources)
+        sources = [self._asked_source(source)] if source else list(self.settings.sources)
         if os.path.isabs(path):
             literal = os.path.abspath(path)
             for s in sources:
@@ -373,6 +373,14 @@ class MemoryService:
         except Exception:  # noqa: BLE001 - the index is fine; only the analytics copy of `runs` lags
             pass
 
+    def _asked_source(self, name: str):
+        """The source a request names; an unknown one is an error naming the request's field
+        (``source``), not the configuration's (``sources``)."""
+        try:
+            return self.settings.source(name)
+        except ConfigError as err:
+            raise ConfigError(str(err), key="source", hint=f"one of: {', '.join(s.name for s in self.settings.sources)}") from None
+
     def write_note(self, text: str, *, path: str | None = None, source: str | None = None, append: bool = True, index: bool = True) -> dict:
         """Write (or append to) a markdown note in a source folder and index it.
 
@@ -380,7 +388,7 @@ class MemoryService:
         """
         if not isinstance(text, str) or not text.strip():
             raise ConfigError("text must not be empty", key="text")
-        src = self.settings.source(source) if source else self.settings.sources[0]
+        src = self._asked_source(source) if source else self.settings.sources[0]
         rel = path or f"memory/{datetime.now(UTC).date().isoformat()}.md"
         parts = rel_parts(rel, field="path")
         if not parts[-1].lower().endswith(NOTE_SUFFIXES):

@@ -89,4 +89,4 @@ def status(request: Request) -> dict:
 
 @router.post("/index", summary="Run `memory index` now (serialized with the server's other writes)")
 def index(request: Request) -> dict:
-    return request.app.state.memory.index().as_dict()  # the JSON of `memory index --json`
+    return {"ok": True, **request.app.state.memory.index().as_dict()}  # the JSON of `memory index --json`
