@@ -96,7 +96,7 @@ def test_unbalanced_quote_runs_to_the_end(fts_only):
 
 
 @hsettings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.text(alphabet=st.sampled_from(list("ab \"*-()ORANDNOT:\\'_.é团")), max_size=24))
+@given(st.text(alphabet=st.sampled_from(list("ab \"*-()ORANDNOT:\\'_.é团5$½")), max_size=24))
 def test_any_query_string_parses_and_searches(fts_only, query: str):
     parsed = parse_query(query)
     assert isinstance(parsed.vector_text, str)

@@ -447,3 +447,24 @@ def test_a_minus_before_a_digit_is_a_number_not_an_exclusion(query, words, exclu
     assert tuple(w for c in parsed.positive for t in c.terms for w in t.words) == words
     assert [t.words for c in parsed.clauses if c.negated for t in c.terms] == excluded
     assert all(w for w in parsed.words)  # a quoted single word is asked for (it was an empty word)
+
+
+@hypothesis_settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list('ab "*-()ORANDNOT:_.é团5$½')), max_size=30))
+def test_the_vector_leg_keeps_every_exclusion_and_operator_whatever_the_query(query):
+    """Hostile queries parse, and hybrid's vector leg drops only what a quoted phrase alone requires:
+    every excluded clause and every clause an operator (AND, a prefix) requires stays, and a '-'
+    before a digit or a sign never excludes."""
+    from memory_pipeline.search.syntax import parse_query
+
+    parsed = parse_query(query)
+    kept = parsed.vector_clauses.clauses
+    assert set(kept) <= set(parsed.clauses)
+    for c in parsed.clauses:
+        if c.negated or c.operator or not c.required:
+            assert c in kept
+        else:
+            assert c not in kept and any(t.kind == "phrase" for t in c.terms)  # required only for its phrase
+    for tok in query.split():
+        if len(tok) > 1 and tok[0] == "-" and (tok[1].isdigit() or tok[1] in "$½"):
+            assert not any(c.negated and set(t.raw for t in c.terms) & {tok[1:]} for c in parsed.clauses)
