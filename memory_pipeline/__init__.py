@@ -6,8 +6,10 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
+from memory_pipeline.allocator import tune_allocator  # noqa: E402 - before the heavy libraries allocate
 from memory_pipeline.lazy_imports import defer_slow_packages  # noqa: E402 - before anything imports lancedb
 
+tune_allocator()
 defer_slow_packages()
 
 if TYPE_CHECKING:
