@@ -387,8 +387,10 @@ class MemorySearcher:
             return
         try:
             # The analysis of the table's own FTS index (a config changed since without a rebuild
-            # is not the index's), and a handle of its own pinned to ``version``: a server moves
-            # the shared handle between versions while it waits out unindexed rows.
+            # is not the index's), and a handle of its own pinned to ``version``: the build runs in
+            # the background, and whoever holds ``self.table`` may check it out at another version
+            # meanwhile (the server does not since it hands later searches a copy of the searcher
+            # on a handle of its own, ``service/warm.py``; a Python API caller may).
             details = next((getattr(i, "index_details", None) or {} for i in self.table.list_indices() if list(i.columns) == [DOC_FTS_COLUMN]), None)
             if details is None:
                 raise ValueError("the document column has no full-text index")
@@ -697,7 +699,8 @@ class MemorySearcher:
         """The table's vectors in memory, for a table that fits ``FLAT_MAX_BYTES``, from the second
         query asked of a table version on (a one-query searcher, the CLI's, does not read them all).
 
-        A server's threads share the searcher and move its table handle forward: a query never
+        A server's threads share the searcher (later versions get a copy on a handle of its own,
+        ``service/warm.py``); whoever holds the table handle may still move it: a query never
         waits for another's load (it scans meanwhile), never replaces newer vectors with older
         ones, keeps only vectors read at one version from start to end, and after a failed read
         or take does not try that version again."""
@@ -719,8 +722,8 @@ class MemorySearcher:
             if self._asked[1] < 2 or version == self._flat_failed or rows * self.dims * 4 > FLAT_MAX_BYTES:
                 return None
             try:
-                # Read through a handle of its own pinned to ``version``: a server moves the shared
-                # handle to the latest version and back while it waits out unindexed rows.
+                # Read through a handle of its own pinned to ``version``: the shared handle is not
+                # this method's to move, and whoever holds it may check out another version.
                 pinned = VectorStore(self.store.uri, self.store.table_name).open()
                 if pinned is None:
                     return None

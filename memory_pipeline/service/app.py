@@ -109,6 +109,10 @@ def create_app(
         version=__version__,
         description="Long-term memory for agents: search, read, write notes, AgentOS multimodal assets, MCP at /mcp.",
         lifespan=lifespan,
+        # FastAPI's /docs and /redoc pages load their scripts from a CDN: on this server's origin such
+        # a script could read every memory through the API, and offline the page is blank. The
+        # schema itself is served at /openapi.json.
+        docs_url=None,
         redoc_url=None,
     )
     app.state.memory = service

@@ -31,6 +31,9 @@ def test_health_ready_and_schema(server):
                   "/api/agentos/rag/multimodal/images/query", "/api/agentos/rag/multimodal/audio/query",
                   "/api/agentos/rag/multimodal/assets/{assetId}", "/api/agentos/rag/multimodal/assets/{assetId}/content"):  # fmt: skip
         assert route in paths, route
+    # No page that loads third-party scripts on the server's origin (FastAPI's Swagger and ReDoc pages).
+    for page in ("/docs", "/redoc", "/docs/oauth2-redirect"):
+        assert server.http.get(page).status_code == 404, page
 
 
 def test_search_finds_the_right_note(server):

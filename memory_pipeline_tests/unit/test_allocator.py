@@ -60,3 +60,50 @@ def test_opt_out_keeps_glibcs_behaviour():
 def test_the_users_own_glibc_tuning_wins():
     got = _probe(MALLOC_TOP_PAD_="0")
     assert got["tuned"] is False
+
+
+# Arrow work of the kind the stages do (string columns built, computed on and dropped), then what
+# the process still holds. pyarrow's bundled mimalloc keeps most of it; the system pool, under the
+# fixed threshold, gives it back.
+ARROW_PROBE = """
+import json, time
+def rss():
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) // 1024
+import memory_pipeline
+import pyarrow as pa
+import pyarrow.compute as pc
+base = rss()
+for _ in range(20):
+    arrs = [pa.array([f"text {i} " * 20 for i in range(20000)]) for _ in range(4)]
+    t = pa.table({f"c{i}": a for i, a in enumerate(arrs)})
+    u = pc.utf8_upper(t["c0"])
+    del arrs, t, u
+time.sleep(0.2)
+print(json.dumps({"pool": pa.default_memory_pool().backend_name, "held_mb": rss() - base}))
+"""
+
+
+def _arrow_probe(**env: str) -> dict:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("MALLOC_", "ARROW_")) and k != "MEMORY_PIPELINE_MALLOC"}
+    out = subprocess.run([sys.executable, "-c", ARROW_PROBE], env=clean | env, capture_output=True, text=True, timeout=120, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_arrow_buffers_come_from_the_system_pool_and_go_back():
+    got = _arrow_probe()
+    assert got["pool"] == "system"
+    assert got["held_mb"] < 32, got
+
+
+def test_a_pool_the_user_chose_wins_and_keeps_its_memory():
+    got = _arrow_probe(ARROW_DEFAULT_MEMORY_POOL="mimalloc")
+    assert got["pool"] == "mimalloc"
+    assert got["held_mb"] > 40, got  # what the system pool gives back is real
+
+
+def test_opt_out_leaves_arrows_pool_alone():
+    got = _arrow_probe(MEMORY_PIPELINE_MALLOC="default")
+    assert got["pool"] != "system"
