@@ -15,9 +15,9 @@ which keeps what is freed: see ``_arrow_system_pool``).
 
 ``tune_allocator`` runs once, when ``memory_pipeline`` is imported (every command, the Dagster
 code server and run workers, ``memory serve``). It does nothing where the user tuned glibc
-themselves (any ``MALLOC_*_`` variable of the thresholds; ``ARROW_DEFAULT_MEMORY_POOL`` for Arrow's
-pool), where ``MEMORY_PIPELINE_MALLOC=default``
-asks for glibc's own behaviour, or where the C library is not glibc.
+themselves (any ``MALLOC_*_`` variable of the thresholds), where ``MEMORY_PIPELINE_MALLOC=default``
+asks for glibc's and Arrow's own behaviour, or where the C library is not glibc; a pool named in
+``ARROW_DEFAULT_MEMORY_POOL`` is left as it is.
 """
 
 from __future__ import annotations
