@@ -13,19 +13,25 @@ import sys
 
 import pytest
 
+# The probes' resident size, in MiB, read from /proc.
+RSS = """
+def rss():
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) // 1024
+"""
+
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's allocator")
 
 # 16 MiB freed first: glibc (moving threshold) then serves blocks of up to 16 MiB from the heap.
 # 128 blocks of 1 MiB, then one more that stays allocated above them, then the 128 freed: with the
 # moving threshold they stay resident (the block above pins the heap's top); fixed, each was mapped
 # on its own and is unmapped by its free.
-PROBE = """
+PROBE = (
+    RSS
+    + """
 import json, sys
-def rss():
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) // 1024
 import memory_pipeline
 from memory_pipeline.allocator import tune_allocator
 big = bytearray(16 * 2**20)
@@ -36,6 +42,7 @@ before = rss()
 del blocks
 print(json.dumps({"held_mb": rss() - (before - 128), "tuned": tune_allocator()}))
 """
+)
 
 
 def _probe(**env: str) -> dict:
@@ -65,13 +72,10 @@ def test_the_users_own_glibc_tuning_wins():
 # Arrow work of the kind the stages do (string columns built, computed on and dropped), then what
 # the process still holds. pyarrow's bundled mimalloc keeps most of it; the system pool, under the
 # fixed threshold, gives it back.
-ARROW_PROBE = """
+ARROW_PROBE = (
+    RSS
+    + """
 import json, time
-def rss():
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) // 1024
 import memory_pipeline
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -84,6 +88,7 @@ for _ in range(20):
 time.sleep(0.2)
 print(json.dumps({"pool": pa.default_memory_pool().backend_name, "held_mb": rss() - base}))
 """
+)
 
 
 def _arrow_probe(**env: str) -> dict:
