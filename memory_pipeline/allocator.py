@@ -27,7 +27,6 @@ import os
 import sys
 
 # mallopt(3) parameters (glibc's malloc.h).
-M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
 # glibc's own starting threshold: requests this large or larger are mapped, and unmapped when freed.
 MMAP_THRESHOLD_BYTES = 128 * 1024

@@ -45,9 +45,11 @@ print(json.dumps({"held_mb": rss() - (before - 128), "tuned": tune_allocator()})
 )
 
 
-def _probe(**env: str) -> dict:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k != "MEMORY_PIPELINE_MALLOC"}
-    out = subprocess.run([sys.executable, "-c", PROBE], env=clean | env, capture_output=True, text=True, timeout=120, check=True)
+def _probe(code: str = "", **env: str) -> dict:
+    """Run ``code`` (default: PROBE) in a fresh interpreter without any allocator setting of this
+    environment's, plus ``env``; its last line of output, as JSON."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("MALLOC_", "ARROW_")) and k != "MEMORY_PIPELINE_MALLOC"}
+    out = subprocess.run([sys.executable, "-c", code or PROBE], env=clean | env, capture_output=True, text=True, timeout=120, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -91,24 +93,18 @@ print(json.dumps({"pool": pa.default_memory_pool().backend_name, "held_mb": rss(
 )
 
 
-def _arrow_probe(**env: str) -> dict:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("MALLOC_", "ARROW_")) and k != "MEMORY_PIPELINE_MALLOC"}
-    out = subprocess.run([sys.executable, "-c", ARROW_PROBE], env=clean | env, capture_output=True, text=True, timeout=120, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
 def test_arrow_buffers_come_from_the_system_pool_and_go_back():
-    got = _arrow_probe()
+    got = _probe(ARROW_PROBE)
     assert got["pool"] == "system"
     assert got["held_mb"] < 32, got
 
 
 def test_a_pool_the_user_chose_wins_and_keeps_its_memory():
-    got = _arrow_probe(ARROW_DEFAULT_MEMORY_POOL="mimalloc")
+    got = _probe(ARROW_PROBE, ARROW_DEFAULT_MEMORY_POOL="mimalloc")
     assert got["pool"] == "mimalloc"
     assert got["held_mb"] > 40, got  # what the system pool gives back is real
 
 
 def test_opt_out_leaves_arrows_pool_alone():
-    got = _arrow_probe(MEMORY_PIPELINE_MALLOC="default")
+    got = _probe(ARROW_PROBE, MEMORY_PIPELINE_MALLOC="default")
     assert got["pool"] != "system"

@@ -75,6 +75,11 @@ def test_coverage_and_problems_answer_exactly_within_a_small_memory_limit(tmp_pa
     try:
         analytics._bounded(con)
         assert con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0] == "45.7 MiB"  # 48 MB, as DuckDB writes it
+        # One thread, and copied tables written to the file past 1 MB of log (not held in memory).
+        assert con.execute("SELECT current_setting('threads'), current_setting('checkpoint_threshold')").fetchall()[0] == (
+            1,
+            "976.5 KiB",
+        )  # 1 MB, as DuckDB writes it
         for name in ("source_files", "extraction_status", "indexed_state", "vector_rows"):
             con.execute(f"CREATE TABLE {name} AS SELECT * FROM {name}")
         con.execute(analytics.FILE_STATUS_SQL)
