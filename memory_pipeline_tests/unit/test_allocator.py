@@ -108,3 +108,58 @@ def test_a_pool_the_user_chose_wins_and_keeps_its_memory():
 def test_opt_out_leaves_arrows_pool_alone():
     got = _probe(ARROW_PROBE, MEMORY_PIPELINE_MALLOC="default")
     assert got["pool"] != "system"
+
+
+# A model's passes allocate and free the same few MiB again and again: under the fixed threshold each
+# block is mapped and its pages faulted in afresh; inside ``model_buffers_on_heap`` the heap reuses
+# them. On leaving, the threshold is fixed again (the churn faults as before) and the heap's free
+# pages are given back.
+HEAP_PROBE = (
+    RSS
+    + """
+import json, resource
+import memory_pipeline
+from memory_pipeline.allocator import model_buffers_on_heap
+def faults():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+def churn():
+    start = faults()
+    for _ in range(50):
+        block = b"x" * (4 * 2**20)  # malloc'd and written: every page touched
+        del block
+    return faults() - start
+outside = churn()
+with model_buffers_on_heap():
+    inside = churn()
+    with model_buffers_on_heap():  # nested (another thread's pass): the outer one keeps the heap on
+        pass
+    nested = churn()
+after = churn()
+base = rss()
+with model_buffers_on_heap():
+    blocks = [b"y" * 2**20 for _ in range(64)]
+    keep = b"z" * 2**20
+    del blocks
+    held_inside = rss() - base
+after_rss = rss() - base
+print(json.dumps({"outside": outside, "inside": inside, "nested": nested, "after": after, "held_inside": held_inside, "held_after": after_rss}))
+"""
+)
+
+
+def test_model_buffers_are_reused_inside_and_given_back_after():
+    got = _probe(HEAP_PROBE)
+    pages = 50 * 1024  # 50 blocks of 1,024 pages
+    assert got["outside"] > pages * 0.9, got  # each block mapped and faulted in afresh
+    assert got["inside"] < pages * 0.1, got  # reused from the heap
+    assert got["nested"] < pages * 0.1, got
+    assert got["after"] > pages * 0.9, got  # fixed again on leaving
+    assert got["held_inside"] > 48, got  # freed under a live block: the heap holds it...
+    assert got["held_after"] < 16, got  # ...until the window closes and trims it
+
+
+def test_opt_out_leaves_the_model_window_alone():
+    got = _probe(HEAP_PROBE, MEMORY_PIPELINE_MALLOC="default")
+    pages = 50 * 1024
+    # glibc's own moving threshold: the first free raises it, the rest reuse the heap either way.
+    assert got["outside"] < pages * 0.1 and got["after"] < pages * 0.1, got

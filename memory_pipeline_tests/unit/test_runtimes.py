@@ -197,6 +197,27 @@ def test_short_texts_share_a_batch_and_long_ones_do_not(monkeypatch):
     assert [c[0] for c in calls] == [32, 32] and all(c[1] == 256 for c in calls)
 
 
+def test_torch_passes_default_to_eight_texts_at_the_limit():
+    """On torch a pass holds 8 texts at MiniLM's 256-token limit (2,048 padded tokens; its
+    activations then stay within a reused heap block); the exported runtimes keep 32; the user's
+    ``local.batch_tokens`` wins everywhere."""
+    from memory_pipeline.providers.local import TORCH_TEXTS_AT_LIMIT
+
+    assert LocalProvider(runtime=Runtime("torch")).batch_tokens == TORCH_TEXTS_AT_LIMIT * 256 == 2048
+    assert LocalProvider(runtime=Runtime("onnx")).batch_tokens == 32 * 256
+    assert LocalProvider(runtime=Runtime("torch"), batch_tokens=4096).batch_tokens == 4096
+    provider = LocalProvider(runtime=Runtime("torch"))
+    provider._config["intermediate_size"] = 65536  # a model whose feed-forward is this wide
+    assert provider._default_batch_tokens(32) == 128  # 128 tokens x 65,536 x 4 bytes = 32 MiB
+
+
+def test_torch_vectors_do_not_depend_on_the_batch_budget():
+    texts = [("note %d " % i) + "word " * (i * 7 % 200) for i in range(40)]
+    small = LocalProvider(runtime=Runtime("torch")).embed_documents(texts)
+    large = LocalProvider(runtime=Runtime("torch"), batch_tokens=32 * 256).embed_documents(texts)
+    assert np.allclose(small, large, atol=1e-5)
+
+
 def test_eval_indexes_with_the_configured_runtime(tmp_path):
     """`memory eval` builds its index with the user's local runtime (a comparison of runtimes
     through eval compares what it says)."""
