@@ -212,7 +212,7 @@ def test_torch_passes_default_to_eight_texts_at_the_limit():
 
 
 def test_torch_vectors_do_not_depend_on_the_batch_budget():
-    texts = [("note %d " % i) + "word " * (i * 7 % 200) for i in range(40)]
+    texts = [f"note {i} " + "word " * (i * 7 % 200) for i in range(40)]
     small = LocalProvider(runtime=Runtime("torch")).embed_documents(texts)
     large = LocalProvider(runtime=Runtime("torch"), batch_tokens=32 * 256).embed_documents(texts)
     assert np.allclose(small, large, atol=1e-5)
