@@ -436,6 +436,15 @@ class VectorStore:
             return {}
         indices = {idx.name: idx for idx in table.list_indices()}
         created = False
+        compacted = 0
+        # A first build over many fragments compacts them first: merged after the full-text index
+        # exists, the index is remapped to the new row addresses, which loads each of its partitions
+        # whole. Alone on 53,248 rows of long notes in 32 fragments, index then compaction peaked at
+        # 285 MB (212 at 17,748 rows) in 11.6 s, compaction then index at 238 MB (209) in 8.8 s.
+        first = [c for c in (FTS_COLUMN, DOC_FTS_COLUMN) if c in table.schema.names and f"{c}_idx" not in indices]
+        if first and (fragments := _fragment_count(table)) >= COMPACT_AT and table.count_rows():
+            table.optimize()
+            compacted = fragments
         # One index per full-text column, the same analysis for both (chunk and document scores must
         # see the same words); the document column is indexed where the table has it.
         for column in (FTS_COLUMN, DOC_FTS_COLUMN):
@@ -470,6 +479,8 @@ class VectorStore:
         if fragments >= COMPACT_AT:
             table.optimize()
             return {"fts": "created" if created else "optimized", "compacted_fragments": fragments}
+        if compacted:
+            return {"fts": "created" if created else "optimized", "compacted_fragments": compacted}
         # Rows replaced since an index was built are scanned, not indexed: fold them in once many
         # are, or at once (``fold``) when a server's searches would pay for them meanwhile: each
         # fragment of unindexed rows cost a hybrid search about 3 ms of CPU at 100k chunks (80 rows

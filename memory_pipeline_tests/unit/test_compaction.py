@@ -68,6 +68,31 @@ def test_many_small_commits_are_compacted_and_nothing_changes(tmp_path):
     assert "compacted_fragments" not in store.ensure_fts()
 
 
+def test_a_first_build_compacts_before_the_full_text_index(tmp_path, monkeypatch):
+    """With no full-text index yet, the fragments are merged first and the index built once over
+    the merged rows (merged after, the new index would be remapped, its partitions loaded whole);
+    once it exists, fragments that pile up are merged after the upkeep as before."""
+    store = _committed(tmp_path, COMPACT_AT + 1, rows=3, seed=1)
+    table = store.open()
+    calls: list[str] = []
+    for name in ("optimize", "create_index"):
+        real = getattr(table, name)
+
+        def spy(*args, _real=real, _name=name, **kwargs):
+            calls.append(_name if _name == "optimize" else f"index:{args[0] if args else kwargs.get('column')}")
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(table, name, spy)
+    monkeypatch.setattr(store, "open", lambda: table)
+    out = store.ensure_fts()
+    assert out["fts"] == "created" and out["compacted_fragments"] >= COMPACT_AT
+    assert calls[0] == "optimize" and calls.count("optimize") == 1, calls
+    assert {"index:search_text", "index:doc_search_text"} <= set(calls)
+    assert _fragment_count(table) == 1
+    hits = table.search("zebra", query_type="fts", fts_columns="search_text").limit(100).to_list()
+    assert len(hits) == (COMPACT_AT + 1) * 3
+
+
 def test_key_columns_get_btree_indices_that_filters_use(tmp_path):
     """``ensure_fts`` also indexes chunk_id and doc_id (the searcher's ``IN (…)`` prefilters and
     lookups); rows written after it are still found, and optimize folds them in."""
