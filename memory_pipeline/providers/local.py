@@ -227,24 +227,37 @@ class LocalProvider:
             return self._run_batches(forward, encs, lengths, pad_id, out, alone)
 
     def _run_batches(self, forward, encs, lengths: np.ndarray, pad_id: int, out: np.ndarray, alone: bool) -> np.ndarray:
-        for idx in token_batches(lengths, 1 if alone else self.batch_tokens, 1 if alone else max(self.batch_size, 1) * 8):
-            width = max(int(lengths[idx].max()), 1)
-            ids = np.full((len(idx), width), pad_id, dtype=np.int64)
-            mask = np.zeros((len(idx), width), dtype=np.int64)
-            types = np.zeros((len(idx), width), dtype=np.int64)
-            for row, i in enumerate(idx):
-                n = int(lengths[i])
-                ids[row, :n] = encs[i].ids
-                mask[row, :n] = 1
-                types[row, :n] = encs[i].type_ids
-            hidden = forward({"input_ids": ids, "attention_mask": mask, "token_type_ids": types})
-            if self._pooling == "cls":
-                pooled = hidden[:, 0]
-            else:
-                m = mask[..., None].astype(hidden.dtype)
-                pooled = (hidden * m).sum(1) / np.clip(m.sum(1), 1e-9, None)
-            out[idx] = pooled
+        batches = token_batches(lengths, 1 if alone else self.batch_tokens, 1 if alone else max(self.batch_size, 1) * 8)
+        workers = min(_cpus(), len(batches)) if getattr(forward, "concurrent", False) else 1
+        if workers > 1:
+            # Passes side by side on single-threaded sessions (see ``OnnxSession``); each writes its own rows.
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(workers, thread_name_prefix="embed") as pool:
+                for _ in pool.map(lambda idx: self._pass(forward, encs, lengths, pad_id, out, idx), batches):
+                    pass
+            return out
+        for idx in batches:
+            self._pass(forward, encs, lengths, pad_id, out, idx)
         return out
+
+    def _pass(self, forward, encs, lengths: np.ndarray, pad_id: int, out: np.ndarray, idx: np.ndarray) -> None:
+        width = max(int(lengths[idx].max()), 1)
+        ids = np.full((len(idx), width), pad_id, dtype=np.int64)
+        mask = np.zeros((len(idx), width), dtype=np.int64)
+        types = np.zeros((len(idx), width), dtype=np.int64)
+        for row, i in enumerate(idx):
+            n = int(lengths[i])
+            ids[row, :n] = encs[i].ids
+            mask[row, :n] = 1
+            types[row, :n] = encs[i].type_ids
+        hidden = forward({"input_ids": ids, "attention_mask": mask, "token_type_ids": types})
+        if self._pooling == "cls":
+            pooled = hidden[:, 0]
+        else:
+            m = mask[..., None].astype(hidden.dtype)
+            pooled = (hidden * m).sum(1) / np.clip(m.sum(1), 1e-9, None)
+        out[idx] = pooled
 
     def _load_st(self):
         with self._lock:
@@ -342,6 +355,15 @@ class LocalProvider:
 
     def embed_query(self, text: str) -> np.ndarray:
         return self.embed_documents([text])[0]
+
+
+def _cpus() -> int:
+    """CPUs this process may run on (its affinity, not the machine's count), at most 8."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        n = os.cpu_count() or 1
+    return max(1, min(n, 8))
 
 
 def token_batches(lengths: np.ndarray, budget: int, max_count: int) -> list[np.ndarray]:

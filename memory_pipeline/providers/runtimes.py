@@ -317,8 +317,17 @@ class OnnxSession:
         # left RSS at 641, 737, then 790 MB; without patterns 567, 571, 572 MB, in the same time
         # (21.7 s against 21.9 s a round). Disabling the arena instead cost 30 % more time.
         options.enable_mem_pattern = False
+        # One thread per run, and the provider runs passes side by side (``concurrent`` below): the
+        # int8 default runs each text alone, passes too small for two threads to share. 600 long
+        # notes, one per pass, 2 cores: 7.2-7.7 s on one session's two threads, 5.4 s on two
+        # callers of one single-threaded session (the same memory; two sessions 5.6 s, +58 MB).
+        options.intra_op_num_threads = 1
+        options.inter_op_num_threads = 1
         self._session = _loaded(lambda: ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"]), path, model, "open")
         self._inputs = [i.name for i in self._session.get_inputs()]
+
+    # onnxruntime's ``run`` may be called from several threads at once.
+    concurrent = True
 
     def __call__(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
         return np.asarray(self._session.run(None, {k: feeds[k] for k in self._inputs})[0])
@@ -335,6 +344,8 @@ class OpenVinoSession:
         self._compiled = _loaded(lambda: core.compile_model(core.read_model(str(path)), "CPU", {"PERFORMANCE_HINT": "LATENCY"}), path, model, "compile")
         self._inputs = [i.get_any_name() for i in self._compiled.inputs]
         self._request = self._compiled.create_infer_request()
+
+    concurrent = False  # one infer request: one pass at a time (OpenVINO threads each pass itself)
 
     def __call__(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
         result = self._request.infer({k: feeds[k] for k in self._inputs})

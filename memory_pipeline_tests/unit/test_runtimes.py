@@ -103,6 +103,36 @@ def test_an_int8_vector_depends_on_its_text_only_not_on_its_batch_mates(cache, e
     assert np.array_equal(together, reversed_) and np.array_equal(together, alone)
 
 
+@pytest.mark.parametrize("quantize", ["int8", "none"])
+def test_onnx_passes_run_side_by_side_and_give_the_same_vectors(cache, monkeypatch, quantize):
+    """onnxruntime sessions run one thread per pass and the provider runs passes on as many threads
+    as it has CPUs (at most 8): every vector equals the one made with passes one after another."""
+    import threading
+
+    from memory_pipeline.providers import local
+
+    provider = LocalProvider(runtime=Runtime("onnx", quantize))
+    forward, tok = provider._load_direct()
+    assert forward.concurrent is True
+    texts = TEXTS * 6
+    monkeypatch.setattr(local, "_cpus", lambda: 1)
+    one_by_one = provider.embed_documents(texts)
+    seen: set[str] = set()
+
+    def recording(feeds):
+        seen.add(threading.current_thread().name)
+        return forward(feeds)
+
+    recording.concurrent = True  # type: ignore[attr-defined]
+    monkeypatch.setattr(provider, "_direct", (recording, tok))
+    monkeypatch.setattr(local, "_cpus", lambda: 4)
+    side_by_side = provider.embed_documents(texts)
+    assert len(seen) > 1 and all(name.startswith("embed") for name in seen), seen
+    assert np.allclose(side_by_side, one_by_one, atol=1e-6)
+    if quantize == "int8":
+        assert np.array_equal(side_by_side, one_by_one)  # each text alone: its vector, bit for bit
+
+
 def test_the_runtime_is_part_of_the_provider_key(cache):
     keys = {r.label: LocalProvider(runtime=r).provider_key for r in runtimes.every_runtime()}
     assert len(set(keys.values())) == len(keys) == 5
