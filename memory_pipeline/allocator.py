@@ -97,10 +97,12 @@ def tune_allocator() -> bool:
     return _tuned
 
 
-def _trim() -> None:
+def trim_heap() -> None:
+    """Hand the C heap's free pages back to the system (glibc's ``malloc_trim``); nothing elsewhere
+    (musl, macOS: freed memory is reused, just not returned)."""
     try:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc: nothing to give back this way
+    except (OSError, AttributeError):
         pass
 
 
@@ -135,7 +137,7 @@ def model_buffers_on_heap() -> Iterator[None]:
             if _heap_users == 0:
                 _mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
                 _mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES)
-                _trim()
+                trim_heap()
 
 
-__all__ = ["ARROW_POOL_ENV", "HEAP_BLOCK_MAX_BYTES", "MMAP_THRESHOLD_BYTES", "OPT_OUT_ENV", "model_buffers_on_heap", "tune_allocator"]
+__all__ = ["ARROW_POOL_ENV", "HEAP_BLOCK_MAX_BYTES", "MMAP_THRESHOLD_BYTES", "OPT_OUT_ENV", "model_buffers_on_heap", "trim_heap", "tune_allocator"]

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from memory_pipeline.allocator import HEAP_BLOCK_MAX_BYTES, model_buffers_on_heap
+from memory_pipeline.allocator import HEAP_BLOCK_MAX_BYTES, model_buffers_on_heap, trim_heap
 from memory_pipeline.errors import ProviderUnavailable
 from memory_pipeline.providers.base import normalize_vectors, stable_key
 from memory_pipeline.providers.runtimes import Runtime, open_session
@@ -128,12 +128,11 @@ class LocalProvider:
         heap reuse on, same session): 8,192 tokens 48 s (13 s of it system time: its activations
         pass 32 MiB and are mapped afresh), 5,376 40-41 s peaking at 1.2 GB, 2,048 40.5-40.7 s at
         0.8 GB, 1,024 43 s at 0.65 GB; ``SentenceTransformer.encode`` at batch 32, 48 s."""
-        texts = min(batch_size, TORCH_TEXTS_AT_LIMIT) if self.runtime.engine == "torch" else batch_size
-        budget = max(texts, 1) * self.max_input_tokens
+        if self.runtime.engine != "torch":
+            return max(batch_size, 1) * self.max_input_tokens
+        budget = max(min(batch_size, TORCH_TEXTS_AT_LIMIT), 1) * self.max_input_tokens
         width = int(self._config.get("intermediate_size") or 0)
-        if self.runtime.engine == "torch" and width > 0:
-            budget = min(budget, max(HEAP_BLOCK_MAX_BYTES // (4 * width), 1))
-        return max(budget, 1)
+        return min(budget, max(HEAP_BLOCK_MAX_BYTES // (4 * width), 1)) if width else budget
 
     def _direct_pooling(self) -> str | None:
         """'mean' or 'cls' when the model is Transformer → Pooling → [Normalize], else None."""
@@ -229,16 +228,15 @@ class LocalProvider:
     def _run_batches(self, forward, encs, lengths: np.ndarray, pad_id: int, out: np.ndarray, alone: bool) -> np.ndarray:
         batches = token_batches(lengths, 1 if alone else self.batch_tokens, 1 if alone else max(self.batch_size, 1) * 8)
         workers = min(_cpus(), len(batches)) if getattr(forward, "concurrent", False) else 1
-        if workers > 1:
-            # Passes side by side on single-threaded sessions (see ``OnnxSession``); each writes its own rows.
-            from concurrent.futures import ThreadPoolExecutor
-
-            with ThreadPoolExecutor(workers, thread_name_prefix="embed") as pool:
-                for _ in pool.map(lambda idx: self._pass(forward, encs, lengths, pad_id, out, idx), batches):
-                    pass
+        if workers <= 1:
+            for idx in batches:
+                self._pass(forward, encs, lengths, pad_id, out, idx)
             return out
-        for idx in batches:
-            self._pass(forward, encs, lengths, pad_id, out, idx)
+        # Passes side by side on single-threaded sessions (see ``OnnxSession``); each writes its own rows.
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(workers, thread_name_prefix="embed") as pool:
+            list(pool.map(lambda idx: self._pass(forward, encs, lengths, pad_id, out, idx), batches))  # raises a pass's error
         return out
 
     def _pass(self, forward, encs, lengths: np.ndarray, pad_id: int, out: np.ndarray, idx: np.ndarray) -> None:
@@ -288,12 +286,7 @@ class LocalProvider:
         import gc
 
         gc.collect()
-        try:
-            import ctypes
-
-            ctypes.CDLL("libc.so.6").malloc_trim(0)
-        except (OSError, AttributeError):  # not glibc: the memory is reused, just not returned
-            pass
+        trim_heap()
 
     def _tok(self):
         if self._tokenizer is None:

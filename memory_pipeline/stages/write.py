@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memory_pipeline import progress, storage
+from memory_pipeline.allocator import trim_heap
 from memory_pipeline.changes import EmbeddingIdentity, chunk_budget, fingerprint
 from memory_pipeline.discovery import MEDIA_MODALITIES, SHARD_KEYS
 from memory_pipeline.models import (
@@ -58,12 +59,7 @@ def give_back_memory() -> int:
         pa.default_memory_pool().release_unused()
     except Exception:  # noqa: BLE001 - an allocator without the call
         pass
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc (musl, macOS)
-        pass
+    trim_heap()
     after = _resident_mb()
     return max(0, before - after) if before and after else 0
 

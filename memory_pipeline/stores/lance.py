@@ -442,9 +442,9 @@ class VectorStore:
         # whole. Alone on 53,248 rows of long notes in 32 fragments, index then compaction peaked at
         # 285 MB (212 at 17,748 rows) in 11.6 s, compaction then index at 238 MB (209) in 8.8 s.
         first = [c for c in (FTS_COLUMN, DOC_FTS_COLUMN) if c in table.schema.names and f"{c}_idx" not in indices]
-        if first and (fragments := _fragment_count(table)) >= COMPACT_AT and table.count_rows():
+        if first and (before := _fragment_count(table)) >= COMPACT_AT and table.count_rows():
             table.optimize()
-            compacted = fragments
+            compacted = before
         # One index per full-text column, the same analysis for both (chunk and document scores must
         # see the same words); the document column is indexed where the table has it.
         for column in (FTS_COLUMN, DOC_FTS_COLUMN):
@@ -475,10 +475,9 @@ class VectorStore:
         # runs (or shards) answers several times slower than the same rows in one fragment. Once
         # COMPACT_AT fragments have piled up they are merged (and the indices updated) in one
         # optimize: the table is rewritten once per COMPACT_AT runs at most, not once per run.
-        fragments = _fragment_count(table)
-        if fragments >= COMPACT_AT:
+        if not compacted and (before := _fragment_count(table)) >= COMPACT_AT:
             table.optimize()
-            return {"fts": "created" if created else "optimized", "compacted_fragments": fragments}
+            compacted = before
         if compacted:
             return {"fts": "created" if created else "optimized", "compacted_fragments": compacted}
         # Rows replaced since an index was built are scanned, not indexed: fold them in once many
