@@ -31,6 +31,10 @@ DAGSTER_YAML = """\
 # Written by memory_pipeline: a persistent instance for `memory index` and `make ui`.
 telemetry:
   enabled: false
+# No first-visit dialog in the UI: it asks for an e-mail address and loads its form from
+# dagster.io (the UI runs offline, on 127.0.0.1), and it covers whatever the user clicks next.
+nux:
+  enabled: false
 # Assets log through context.log (the event log); capturing stdout would start
 # tail processes for every run.
 compute_logs:

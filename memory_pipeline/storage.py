@@ -220,7 +220,7 @@ class DataStore:
 
     def read(self, asset: str, shard: str, schema: pa.Schema | None, suffix: str = "") -> pa.Table:
         if self.remote:
-            return read_object_parquet(*self._object(self._asset_key(asset, shard, suffix)), schema)
+            return read_object_parquet(self._object(self._asset_key(asset, shard, suffix))[1], schema)
         return read_parquet(self.asset(asset, shard, suffix), schema)
 
     def write(self, table: pa.Table, asset: str, shard: str, suffix: str = "") -> str:
@@ -280,7 +280,7 @@ class DataStore:
     def read_file(self, location: str, schema: pa.Schema | None) -> pa.Table:
         """One file listed by :meth:`partition_files`, read forgivingly."""
         if self.remote:
-            return read_object_parquet(object_store(), location, schema)
+            return read_object_parquet(location, schema)
         return read_parquet(Path(location), schema)
 
     def write_rows(self, rows: list[dict], schema: pa.Schema, asset: str, shard: str, suffix: str = "") -> str:
@@ -319,12 +319,17 @@ class DataStore:
             wanted = {f"{shard}{suffix}.parquet" for shard in shards}
             store = object_store()
             for location in self.partition_files(asset, suffix):
-                if location.rsplit("/", 1)[-1] in wanted:
+                if location.rsplit("/", 1)[-1] not in wanted:
+                    continue
+                # The footer alone, in ranged reads (a chunks file can be large): an object replaced
+                # between them reads as neither version, so a failed read is tried again.
+                for attempt in range(3):
                     try:
                         with store.open_input_file(location) as fh:
                             total += pq.ParquetFile(fh).metadata.num_rows
+                        break
                     except (pa.ArrowException, OSError):
-                        continue  # damaged: the next read sets it aside
+                        time.sleep(0.05 * (attempt + 1))  # replaced meanwhile, or damaged: the next read sets it aside
             return total
         for shard in shards:
             path = self.asset(asset, shard, suffix)
@@ -359,12 +364,8 @@ class DataStore:
     def read_text(self, key: str) -> str | None:
         """A shared file's text, or None when it does not exist."""
         if self.remote:
-            store, path = self._object(key)
-            try:
-                with store.open_input_stream(path) as fh:
-                    return fh.read().decode()
-            except FileNotFoundError:
-                return None
+            got = get_object(self._object(key)[1])
+            return None if got is None else got[0].decode()
         path = self.root / key
         try:
             return path.read_text()
@@ -704,22 +705,73 @@ os.register_at_fork(after_in_child=_check_bucket.cache_clear)
 
 
 def _s3_client():
-    """boto3's S3 client (conditional writes, which pyarrow's file system does not offer);
-    the endpoint, region and keys from the same AWS variables and chain."""
-    import boto3
-
+    """boto3's S3 client (whole-object reads and conditional writes, which pyarrow's file system
+    does not offer); the endpoint, region and keys from the same AWS variables and chain."""
     object_store()  # the same checks (AWS_ALLOW_HTTP) and one-line errors first
     endpoint, region, _ = _aws_env()
-    return boto3.client("s3", endpoint_url=endpoint or None, region_name=region or None)
+    env = os.environ
+    return _boto_client(endpoint, region, env.get("AWS_ACCESS_KEY_ID", ""), env.get("AWS_PROFILE", ""))
+
+
+@lru_cache(maxsize=4)
+def _boto_client(endpoint: str, region: str, access_key: str, profile: str):
+    """One client per process and settings (a client is thread-safe; making one costs tens of ms)."""
+    import boto3
+
+    return boto3.session.Session().client("s3", endpoint_url=endpoint or None, region_name=region or None)
+
+
+os.register_at_fork(after_in_child=_boto_client.cache_clear)
 
 
 def _get_versioned(client, bucket: str, key: str) -> tuple[str | None, str | None]:
     """An object's text and ETag; (None, None) when it does not exist."""
+    got = get_object(f"{bucket}/{key}", client)
+    return (None, None) if got is None else (got[0].decode(), got[1])
+
+
+def get_object(path: str, client=None) -> tuple[bytes, str] | None:
+    """An object's bytes and ETag (``path``: ``bucket/key``) in one GET; None when it does not exist.
+
+    One GET returns one version, whole. pyarrow's input streams ask for the size first and then
+    for that many bytes: an object replaced in between (another machine's run writing the same
+    partition) comes back as part of the new version, which reads as damaged. Raised as OSError:
+    a network error, throttling or a denied read, never mistaken for a missing object.
+    """
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    bucket, _, key = path.partition("/")
+    client = client or _s3_client()
     try:
         got = client.get_object(Bucket=bucket, Key=key)
-    except client.exceptions.NoSuchKey:
-        return None, None
-    return got["Body"].read().decode(), got["ETag"]
+        return got["Body"].read(), got["ETag"]
+    except ClientError as err:
+        if err.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+            return None
+        raise OSError(f"s3://{path}: {' '.join(str(err).split())[:300]}") from None
+    except BotoCoreError as err:
+        raise OSError(f"s3://{path}: {' '.join(str(err).split())[:300]}") from None
+
+
+def _set_aside(path: str, etag: str, aside: str) -> bool:
+    """Move the damaged version ``etag`` of an object to ``aside``; False when the object was
+    replaced since it was read (the new version is read instead: it may be whole)."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    bucket, _, key = path.partition("/")
+    client = _s3_client()
+    try:
+        client.copy_object(Bucket=bucket, Key=aside.partition("/")[2], CopySource={"Bucket": bucket, "Key": key}, CopySourceIfMatch=etag)
+        if client.head_object(Bucket=bucket, Key=key)["ETag"] != etag:
+            return False
+        client.delete_object(Bucket=bucket, Key=key)
+    except ClientError as err:
+        if err.response.get("Error", {}).get("Code") in ("PreconditionFailed", "412", "NoSuchKey", "404"):
+            return False
+        log.warning("could not set aside s3://%s: %s", path, " ".join(str(err).split())[:300])
+    except BotoCoreError as err:
+        log.warning("could not set aside s3://%s: %s", path, " ".join(str(err).split())[:300])
+    return True
 
 
 def _put_if(client, bucket: str, key: str, text: str, etag: str | None) -> bool:
@@ -771,30 +823,30 @@ def write_parquet(table: pa.Table, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def read_object_parquet(store: pafs.FileSystem, path: str, schema: pa.Schema | None) -> pa.Table:
-    """:func:`read_parquet` for an object: missing is empty; damaged is moved aside and empty."""
+def read_object_parquet(path: str, schema: pa.Schema | None) -> pa.Table:
+    """:func:`read_parquet` for an object (``bucket/key``): missing is empty; damaged is moved
+    aside and empty. Read in one GET (:func:`get_object`), so an object another writer replaces
+    meanwhile is read whole, as one version or the other."""
     import pyarrow as pa
 
     empty = schema.empty_table() if schema is not None else pa.table({})
-    # Fetched first, and apart: a network error, throttling or a denied read is raised as it is
-    # (never mistaken for a damaged file, which would be set aside and its work redone).
-    try:
-        with store.open_input_stream(path) as fh:
-            data = fh.read()
-    except FileNotFoundError:
-        return empty
-    try:
-        table = _read_columns(pa.BufferReader(data), schema)
-    except (pa.ArrowException, OSError, ValueError) as err:
-        aside = f"{path}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}"
+    for _ in range(_CAS_ATTEMPTS):
+        # A network error, throttling or a denied read is raised as it is (never mistaken for a
+        # damaged file, which would be set aside and its work redone).
+        got = get_object(path)
+        if got is None:
+            return empty
+        data, etag = got
         try:
-            store.copy_file(path, aside)
-            store.delete_file(path)
-        except (pa.ArrowException, OSError):
-            pass
-        log.warning("s3://%s is damaged (%s); moved aside to %s and rebuilt", path, type(err).__name__, aside.rsplit("/", 1)[-1])
-        return empty
-    return table if schema is None else conform(table, schema)
+            table = _read_columns(pa.BufferReader(data), schema)
+            return table if schema is None else conform(table, schema)
+        except (pa.ArrowException, OSError, ValueError) as err:
+            kind = type(err).__name__
+        aside = f"{path}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}"
+        if _set_aside(path, etag, aside):
+            log.warning("s3://%s is damaged (%s); moved aside to %s and rebuilt", path, kind, aside.rsplit("/", 1)[-1])
+            return empty
+    raise OSError(f"s3://{path} kept changing under {_CAS_ATTEMPTS} attempts to read it")
 
 
 def _read_columns(source, schema: pa.Schema | None) -> pa.Table:

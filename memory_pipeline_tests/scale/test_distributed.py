@@ -109,6 +109,11 @@ def _backfill(env: dict, port: int, instance, timeout: float = 900) -> list:
             for event in instance.all_logs(r.run_id):
                 if event.is_dagster_event and event.dagster_event.is_step_failure:
                     errors.append(str(event.dagster_event.step_failure_data.error.message)[:1500])
+                elif event.is_dagster_event and event.dagster_event.event_type == dg.DagsterEventType.ASSET_CHECK_EVALUATION:
+                    data = event.dagster_event.event_specific_data
+                    if not data.passed:  # which rows or files the failed check named
+                        meta = {k: getattr(v, "value", v) for k, v in data.metadata.items()}
+                        errors.append(f"{r.tags.get('dagster/partition')}: {data.check_name} {meta}"[:1500])
         raise AssertionError(f"{len(failed)} runs failed: {errors}")
     assert sorted(r.tags["dagster/partition"] for r in runs) == list(SHARDS)
     assert len({r.tags["dagster/backfill"] for r in runs}) == 1

@@ -190,8 +190,73 @@ def test_shared_files_on_s3_concurrent_updates_damage_and_outages(tmp_path: Path
     # The server is gone: reading is an error, not an empty partition (which a stage would write back).
     monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
     storage._object_store.cache_clear()
+    storage._boto_client.cache_clear()
     with pytest.raises(OSError):
         data.read("source_files", "00", MANIFEST_SCHEMA)
+
+
+def test_a_partition_replaced_while_it_is_read_is_read_whole(tmp_path: Path, monkeypatch):
+    """Another machine's run rewrites a partition while this one reads it (a backfill's runs read
+    every shard's manifest for the coverage check): each read is one version, whole, and nothing
+    is set aside. pyarrow's input stream (size first, then that many bytes) read 18 % of such
+    reads as a mix of both versions, and the good new object was then moved aside as damaged: its
+    shard's rows became orphans and three runs of a backfill failed their check in CI.
+    Also: a read takes the schema's columns like a local read, and a damaged object reads empty."""
+    import threading
+
+    import pyarrow as pa
+
+    from memory_pipeline import storage
+    from memory_pipeline.models import CHUNKS_SCHEMA, MANIFEST_SCHEMA
+    from memory_pipeline.settings import settings_from_dict
+
+    def manifest(n: int) -> pa.Table:
+        rows = [{"doc_id": f"mem:notes/{i:05d}.md", "source": "mem", "path": f"notes/{i:05d}.md", "status": "ok"} for i in range(n)]
+        return pa.Table.from_pylist(rows, schema=pa.schema([MANIFEST_SCHEMA.field(c) for c in ("doc_id", "source", "path", "status")]))
+
+    with s3_server("memory") as env:
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+        settings = settings_from_dict(
+            {"data_dir": "s3://memory/race", "local_dir": str(tmp_path / "local"), "sources": [{"name": "mem", "path": "mem"}]}, base_dir=tmp_path
+        )
+        data = storage.of(settings)
+        versions = [manifest(3), manifest(4000)]  # sizes far apart: a mixed read cannot parse
+        data.write(versions[0], "source_files", "00")
+        stop = threading.Event()
+
+        def rewrite() -> None:
+            i = 1
+            while not stop.is_set():
+                data.write(versions[i % 2], "source_files", "00")
+                i += 1
+
+        writer = threading.Thread(target=rewrite)
+        writer.start()
+        try:
+            counts = [data.read("source_files", "00", MANIFEST_SCHEMA).num_rows for _ in range(300)]
+        finally:
+            stop.set()
+            writer.join()
+        assert set(counts) <= {3, 4000} and len(set(counts)) == 2, sorted(set(counts))
+        assert data.partition_files("source_files") == ["memory/race/assets/source_files/00.parquet"]  # nothing set aside
+
+        # The schema's columns the object has, the others filled; without a schema, all of them.
+        chunks = pa.Table.from_pylist([{"chunk_id": f"c{i}", "tokens": i} for i in range(3)], schema=CHUNKS_SCHEMA)
+        data.write(chunks, "memory_chunks", "04")
+        narrow = pa.schema([CHUNKS_SCHEMA.field("chunk_id"), CHUNKS_SCHEMA.field("tokens"), pa.field("added_later", pa.string())])
+        table = data.read("memory_chunks", "04", narrow)
+        assert table.schema == narrow and table.column("tokens").to_pylist() == [0, 1, 2]
+        assert table.column("added_later").to_pylist() == ["", "", ""]
+        assert data.read("memory_chunks", "04", None).num_columns == len(CHUNKS_SCHEMA)
+        # A damaged object (the same bytes on every read) is set aside and reads empty.
+        import boto3
+
+        s3 = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name=env["AWS_REGION"])
+        s3.put_object(Bucket="memory", Key="race/assets/memory_chunks/04.parquet", Body=b"PAR1 torn write")
+        assert data.read("memory_chunks", "04", narrow).num_rows == 0
+        keys = [o["Key"] for o in s3.list_objects_v2(Bucket="memory", Prefix="race/assets/memory_chunks/")["Contents"]]
+        assert keys and all(".corrupt-" in k for k in keys), keys
 
 
 def test_a_missing_bucket_is_one_clear_error_for_every_command(tmp_path: Path):

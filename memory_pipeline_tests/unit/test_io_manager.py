@@ -193,21 +193,3 @@ def test_a_stage_reads_only_the_columns_it_asks_for_as_arrow(setup, monkeypatch)
 
     path.write_bytes(b"PAR1 torn write")
     assert frames.table("03", narrow).num_rows == 0 and list(path.parent.glob("03.parquet.corrupt-*"))
-
-
-def test_an_object_store_read_takes_the_same_columns(setup, tmp_path):
-    """``read_object_parquet`` (a ``data_dir`` on S3) projects like a local read: the schema's
-    columns the object has, the others filled; a damaged object is set aside and reads empty."""
-    from pyarrow import fs as pafs
-
-    manager, data = setup
-    manager.handle_output(_output("memory_chunks", "04"), _frame(CHUNKS_SCHEMA, "04", 3))
-    path = data.asset("memory_chunks", "04")
-    narrow = pa.schema([CHUNKS_SCHEMA.field("chunk_id"), CHUNKS_SCHEMA.field("tokens"), pa.field("added_later", pa.string())])
-    table = storage.read_object_parquet(pafs.LocalFileSystem(), str(path), narrow)
-    assert table.schema == narrow and table.column("tokens").to_pylist() == [0, 1, 2]
-    assert table.column("added_later").to_pylist() == ["", "", ""]
-    assert storage.read_object_parquet(pafs.LocalFileSystem(), str(path), None).num_columns == len(CHUNKS_SCHEMA)
-    path.write_bytes(b"PAR1 torn write")
-    assert storage.read_object_parquet(pafs.LocalFileSystem(), str(path), narrow).num_rows == 0
-    assert not path.exists() and list(path.parent.glob("04.parquet.corrupt-*"))
