@@ -718,7 +718,7 @@ def _boto_client(endpoint: str, region: str, access_key: str, profile: str):
     """One client per process and settings (a client is thread-safe; making one costs tens of ms)."""
     import boto3
 
-    return boto3.session.Session().client("s3", endpoint_url=endpoint or None, region_name=region or None)
+    return boto3.Session().client("s3", endpoint_url=endpoint or None, region_name=region or None)
 
 
 os.register_at_fork(after_in_child=_boto_client.cache_clear)
