@@ -706,15 +706,24 @@ os.register_at_fork(after_in_child=_check_bucket.cache_clear)
 
 def _s3_client():
     """boto3's S3 client (whole-object reads and conditional writes, which pyarrow's file system
-    does not offer); the endpoint, region and keys from the same AWS variables and chain."""
+    does not offer); the endpoint, region and keys from the same AWS variables and chain.
+    OSError when it cannot be made (a profile that does not exist, a bad endpoint)."""
+    from botocore.exceptions import BotoCoreError
+
     object_store()  # the same checks (AWS_ALLOW_HTTP) and one-line errors first
     endpoint, region, _ = _aws_env()
-    env = os.environ
-    return _boto_client(endpoint, region, env.get("AWS_ACCESS_KEY_ID", ""), env.get("AWS_PROFILE", ""))
+    if endpoint and "://" not in endpoint:
+        endpoint = f"https://{endpoint}"  # as pyarrow's file system takes a bare host:port
+    # Made again whenever an AWS variable changes (keys, token, profile, retries, CA bundle).
+    aws = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_")))
+    try:
+        return _boto_client(endpoint, region, aws)
+    except (BotoCoreError, ValueError) as err:
+        raise OSError(f"cannot make an S3 client: {' '.join(str(err).split())[:300]}") from None
 
 
 @lru_cache(maxsize=4)
-def _boto_client(endpoint: str, region: str, access_key: str, profile: str):
+def _boto_client(endpoint: str, region: str, aws: tuple):
     """One client per process and settings (a client is thread-safe; making one costs tens of ms)."""
     import boto3
 
@@ -744,7 +753,7 @@ def get_object(path: str, client=None) -> tuple[bytes, str] | None:
     client = client or _s3_client()
     try:
         got = client.get_object(Bucket=bucket, Key=key)
-        return got["Body"].read(), got["ETag"]
+        return got["Body"].read(), got.get("ETag", "")
     except ClientError as err:
         if err.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
             return None
@@ -755,16 +764,21 @@ def get_object(path: str, client=None) -> tuple[bytes, str] | None:
 
 def _set_aside(path: str, etag: str, aside: str) -> bool:
     """Move the damaged version ``etag`` of an object to ``aside``; False when the object was
-    replaced since it was read (the new version is read instead: it may be whole)."""
+    replaced since it was read (the new version is read instead: it may be whole).
+
+    The copy and the delete are both conditional on that version (``If-Match``), and the version
+    is checked between them too, for a store that ignores the conditions."""
     from botocore.exceptions import BotoCoreError, ClientError
 
     bucket, _, key = path.partition("/")
     client = _s3_client()
+    if_match = {"IfMatch": etag} if etag else {}
     try:
-        client.copy_object(Bucket=bucket, Key=aside.partition("/")[2], CopySource={"Bucket": bucket, "Key": key}, CopySourceIfMatch=etag)
-        if client.head_object(Bucket=bucket, Key=key)["ETag"] != etag:
+        copy_if = {"CopySourceIfMatch": etag} if etag else {}
+        client.copy_object(Bucket=bucket, Key=aside.partition("/")[2], CopySource={"Bucket": bucket, "Key": key}, **copy_if)
+        if etag and client.head_object(Bucket=bucket, Key=key).get("ETag") != etag:
             return False
-        client.delete_object(Bucket=bucket, Key=key)
+        client.delete_object(Bucket=bucket, Key=key, **if_match)
     except ClientError as err:
         if err.response.get("Error", {}).get("Code") in ("PreconditionFailed", "412", "NoSuchKey", "404"):
             return False

@@ -239,7 +239,11 @@ def test_a_partition_replaced_while_it_is_read_is_read_whole(tmp_path: Path, mon
             stop.set()
             writer.join()
         assert set(counts) <= {3, 4000} and len(set(counts)) == 2, sorted(set(counts))
-        assert data.partition_files("source_files") == ["memory/race/assets/source_files/00.parquet"]  # nothing set aside
+        import boto3
+
+        s3 = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name=env["AWS_REGION"])
+        keys = [o["Key"] for o in s3.list_objects_v2(Bucket="memory", Prefix="race/assets/source_files/")["Contents"]]
+        assert keys == ["race/assets/source_files/00.parquet"]  # nothing set aside
 
         # The schema's columns the object has, the others filled; without a schema, all of them.
         chunks = pa.Table.from_pylist([{"chunk_id": f"c{i}", "tokens": i} for i in range(3)], schema=CHUNKS_SCHEMA)
@@ -250,13 +254,34 @@ def test_a_partition_replaced_while_it_is_read_is_read_whole(tmp_path: Path, mon
         assert table.column("added_later").to_pylist() == ["", "", ""]
         assert data.read("memory_chunks", "04", None).num_columns == len(CHUNKS_SCHEMA)
         # A damaged object (the same bytes on every read) is set aside and reads empty.
-        import boto3
-
-        s3 = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name=env["AWS_REGION"])
         s3.put_object(Bucket="memory", Key="race/assets/memory_chunks/04.parquet", Body=b"PAR1 torn write")
         assert data.read("memory_chunks", "04", narrow).num_rows == 0
         keys = [o["Key"] for o in s3.list_objects_v2(Bucket="memory", Prefix="race/assets/memory_chunks/")["Contents"]]
         assert keys and all(".corrupt-" in k for k in keys), keys
+        # A damaged object that another writer replaces with a good one while it is being set aside
+        # (after the version check, before the delete): the delete is conditional on the damaged
+        # version, so the good one stays, and is what the read returns.
+        s3.put_object(Bucket="memory", Key="race/assets/source_files/01.parquet", Body=b"PAR1 torn write")
+        client = storage._s3_client()
+        head = client.head_object
+
+        def head_then_replace(**kwargs):
+            got = head(**kwargs)
+            data.write(versions[0], "source_files", "01")
+            return got
+
+        client.head_object = head_then_replace
+        try:
+            assert data.read("source_files", "01", MANIFEST_SCHEMA).num_rows == 3
+        finally:
+            del client.head_object  # the client's own method again
+        assert data.read("source_files", "01", MANIFEST_SCHEMA).num_rows == 3
+        # A client that cannot be made (a profile that does not exist) is an OSError, which the
+        # callers turn into one line, never a botocore traceback.
+        monkeypatch.setenv("AWS_PROFILE", "no-such-profile")
+        with pytest.raises(OSError, match="cannot make an S3 client"):
+            data.read_text("generations.json")
+        monkeypatch.delenv("AWS_PROFILE")
 
 
 def test_a_missing_bucket_is_one_clear_error_for_every_command(tmp_path: Path):
