@@ -122,7 +122,9 @@ def test_a_checkpoint_saved_with_a_head_loads_its_encoder(tmp_path: Path, models
     assert MODEL is not None
     folder = _folder(tmp_path, weights=False)
     state = load_file(str(MODEL / "model.safetensors"))
-    save_file({f"bert.{k}": v.contiguous() for k, v in state.items()} | {"classifier.weight": state["pooler.dense.weight"].clone()}, str(folder / "model.safetensors"))
+    save_file(
+        {f"bert.{k}": v.contiguous() for k, v in state.items()} | {"classifier.weight": state["pooler.dense.weight"].clone()}, str(folder / "model.safetensors")
+    )
     ours, theirs = models
     prefixed = bert.encoder(folder)
     assert prefixed is not None
