@@ -8,6 +8,7 @@ they are listed with their reasons (and the run still indexes everything else).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -861,13 +862,21 @@ def run() -> NoReturn:
     import threading
 
     code = main()
-    threading._shutdown()  # pyright: ignore[reportAttributeAccessIssue] - joins non-daemon threads, as at exit
-    atexit._run_exitfuncs()
+    try:
+        threading._shutdown()  # pyright: ignore[reportAttributeAccessIssue] - joins non-daemon threads, as at exit
+        atexit._run_exitfuncs()
+    except KeyboardInterrupt:  # Ctrl-C while the exit waits: stop waiting, still no traceback
+        code = code or 130
     for stream in (sys.stdout, sys.stderr):
         try:
-            stream.flush()
-        except (OSError, ValueError):  # a reader gone (`| head`) or a stream closed: nothing to flush to
+            if stream is not None:  # None: the process was started with that descriptor closed
+                stream.flush()
+        except (BrokenPipeError, ValueError):  # the reader went away (`| head`), or the stream is closed
             pass
+        except OSError as err:  # the output could not be written (disk full, I/O error): not a success
+            code = code or 120
+            with contextlib.suppress(Exception):
+                os.write(2, f"[ERROR] could not write the output: {err}\n".encode())
     os._exit(code)
 
 

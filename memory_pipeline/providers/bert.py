@@ -65,6 +65,8 @@ def encoder(model_path: Path) -> Callable[[dict[str, np.ndarray]], np.ndarray] |
     def param(name: str) -> torch.Tensor:
         return state[name].float()
 
+    if any(t.dtype != torch.float32 for t in state.values() if t.is_floating_point()):
+        return None  # half-precision weights: transformers runs them as stored, in half precision
     try:
         emb = {n: param(f"embeddings.{n}.weight") for n in ("word_embeddings", "position_embeddings", "token_type_embeddings")}
         emb_norm = (param("embeddings.LayerNorm.weight"), param("embeddings.LayerNorm.bias"))
@@ -74,6 +76,15 @@ def encoder(model_path: Path) -> Callable[[dict[str, np.ndarray]], np.ndarray] |
         ]  # fmt: skip
     except KeyError:
         return None  # not the layout BertModel saves: transformers loads it
+    inner = int(config.get("intermediate_size", 4 * hidden))
+    shapes = [
+        emb["word_embeddings"].shape == (int(config.get("vocab_size", 0)), hidden),
+        emb["position_embeddings"].shape == (int(config.get("max_position_embeddings", 0)), hidden),
+        emb["token_type_embeddings"].shape == (int(config.get("type_vocab_size", 2)), hidden),
+        all(b["attention.self.query"][0].shape == (hidden, hidden) and b["intermediate.dense"][0].shape == (inner, hidden) for b in blocks),
+    ]
+    if not all(shapes):
+        return None  # weights that disagree with the config: transformers reports the mismatch
     state.clear()  # what is not used (the pooler) goes
 
     def attention(x: torch.Tensor, block: dict, bias: torch.Tensor | None) -> torch.Tensor:

@@ -189,7 +189,7 @@ class LocalProvider:
         try:
             plain = bert.encoder(self.model_path)
         except ImportError as err:
-            raise ProviderUnavailable("torch is not installed", provider="local") from err
+            raise ProviderUnavailable(f"torch or safetensors is not installed ({err})", provider="local") from err
         except Exception as err:  # a damaged weights file: the library raises many types
             raise ProviderUnavailable(f"cannot load local model {self.model}: {err}", provider="local") from err
         if plain is not None:

@@ -6,6 +6,7 @@ and the installed console script is this entry point."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -62,3 +63,32 @@ def test_the_installed_command_is_this_entry_point():
     assert "from memory_pipeline.cli import run" in script, script
     proc = subprocess.run([str(BIN / "memory"), "--version"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stdout.startswith("memory_pipeline ")
+
+
+def _bare(tmp_path: Path, *args: str, **kwargs) -> subprocess.CompletedProcess:
+    """The entry point alone, with the given descriptors; buffered output, as in a script."""
+    env = {"HF_HUB_OFFLINE": "1", "DAGSTER_DISABLE_TELEMETRY": "1", "PATH": "/usr/bin:/bin"}
+    code = "from memory_pipeline.cli import run; run()"
+    return subprocess.run([sys.executable, "-c", code, *args], env=env, timeout=300, cwd=tmp_path, **kwargs)
+
+
+def test_output_that_cannot_be_written_is_an_error_not_a_success(tmp_path: Path):
+    """stdout to a file that may not grow (a full disk, a quota): exit 120 and one line, as the
+    interpreter's own exit gives, never 0 with the output lost."""
+    import resource
+
+    (tmp_path / "mem").mkdir()
+    (tmp_path / "mem" / "note.md").write_text("# Note\n\nSome text.\n")
+    config = write_config(tmp_path / "memory_pipeline.yaml", provider="none")
+    out = tmp_path / "out.json"
+    with out.open("w") as fh:
+        proc = _bare(tmp_path, "scan", "--config", str(config), "--json", stdout=fh, stderr=subprocess.PIPE, text=True,
+                     preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0)))  # fmt: skip
+    assert proc.returncode == 120, proc.stderr
+    assert "could not write the output" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_closed_stdout_is_not_a_traceback(tmp_path: Path):
+    """Started with descriptor 1 closed (`memory … >&-`): the command's own status, no traceback."""
+    proc = _bare(tmp_path, "scan", "--config", str(tmp_path / "nope.yaml"), stderr=subprocess.PIPE, text=True, preexec_fn=lambda: os.close(1))
+    assert proc.returncode == 1 and proc.stderr.startswith("[ERROR]") and "Traceback" not in proc.stderr

@@ -90,7 +90,7 @@ print(json.dumps({{"loaded": loaded, "diff": float(abs(ours - theirs).max())}}))
 def _folder(tmp_path: Path, change: dict | None = None, weights: bool = True) -> Path:
     assert MODEL is not None
     folder = tmp_path / "model"
-    folder.mkdir()
+    folder.mkdir(parents=True)
     config = json.loads((MODEL / "config.json").read_text()) | (change or {})
     (folder / "config.json").write_text(json.dumps(config))
     if weights:
@@ -130,6 +130,20 @@ def test_a_checkpoint_saved_with_a_head_loads_its_encoder(tmp_path: Path, models
     assert prefixed is not None
     feeds = _feeds([5, 17, 64], seed=3)
     np.testing.assert_array_equal(prefixed(feeds), ours(feeds))
+
+
+def test_half_precision_weights_and_mismatched_shapes_are_left_to_transformers(tmp_path: Path):
+    """transformers runs fp16 weights in fp16 and reports weights that disagree with the config:
+    the plain encoder takes neither."""
+    from safetensors.torch import load_file, save_file
+
+    assert MODEL is not None
+    state = load_file(str(MODEL / "model.safetensors"))
+    half = _folder(tmp_path / "half", weights=False)
+    save_file({k: v.half().contiguous() if v.is_floating_point() else v.contiguous() for k, v in state.items()}, str(half / "model.safetensors"))
+    assert bert.encoder(half) is None
+    assert bert.encoder(_folder(tmp_path / "vocab", {"vocab_size": 30000})) is None
+    assert bert.encoder(_folder(tmp_path / "inner", {"intermediate_size": 1024})) is None
 
 
 def test_a_damaged_weights_file_is_a_clear_provider_error(tmp_path: Path):
