@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -46,6 +47,19 @@ def _objects(env: dict, bucket: str) -> dict[str, bytes]:
         for obj in page.get("Contents", []):
             out[obj["Key"]] = s3.get_object(Bucket=bucket, Key=obj["Key"])["Body"].read()
     return out
+
+
+def _store_on(env: dict, monkeypatch, tmp_path: Path, prefix: str):
+    """The storage layer of ``data_dir: s3://memory/<prefix>``, the server's variables set in this process."""
+    from memory_pipeline import storage
+    from memory_pipeline.settings import settings_from_dict
+
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    settings = settings_from_dict(
+        {"data_dir": f"s3://memory/{prefix}", "local_dir": str(tmp_path / "local"), "sources": [{"name": "mem", "path": "mem"}]}, base_dir=tmp_path
+    )
+    return storage.of(settings)
 
 
 def test_every_command_works_on_an_s3_data_dir_and_equals_a_local_run(tmp_path: Path):
@@ -143,15 +157,9 @@ def test_shared_files_on_s3_concurrent_updates_damage_and_outages(tmp_path: Path
 
     from memory_pipeline import storage
     from memory_pipeline.models import MANIFEST_SCHEMA
-    from memory_pipeline.settings import settings_from_dict
 
     with s3_server("memory") as env:
-        for k, v in env.items():
-            monkeypatch.setenv(k, v)
-        settings = settings_from_dict(
-            {"data_dir": "s3://memory/unit", "local_dir": str(tmp_path / "local"), "sources": [{"name": "mem", "path": "mem"}]}, base_dir=tmp_path
-        )
-        data = storage.of(settings)
+        data = _store_on(env, monkeypatch, tmp_path, "unit")
 
         # 8 writers x 5 increments, at once: every increment lands.
         def bump() -> None:
@@ -208,19 +216,13 @@ def test_a_partition_replaced_while_it_is_read_is_read_whole(tmp_path: Path, mon
 
     from memory_pipeline import storage
     from memory_pipeline.models import CHUNKS_SCHEMA, MANIFEST_SCHEMA
-    from memory_pipeline.settings import settings_from_dict
 
     def manifest(n: int) -> pa.Table:
         rows = [{"doc_id": f"mem:notes/{i:05d}.md", "source": "mem", "path": f"notes/{i:05d}.md", "status": "ok"} for i in range(n)]
         return pa.Table.from_pylist(rows, schema=pa.schema([MANIFEST_SCHEMA.field(c) for c in ("doc_id", "source", "path", "status")]))
 
     with s3_server("memory") as env:
-        for k, v in env.items():
-            monkeypatch.setenv(k, v)
-        settings = settings_from_dict(
-            {"data_dir": "s3://memory/race", "local_dir": str(tmp_path / "local"), "sources": [{"name": "mem", "path": "mem"}]}, base_dir=tmp_path
-        )
-        data = storage.of(settings)
+        data = _store_on(env, monkeypatch, tmp_path, "race")
         versions = [manifest(3), manifest(4000)]  # sizes far apart: a mixed read cannot parse
         data.write(versions[0], "source_files", "00")
         stop = threading.Event()
@@ -262,7 +264,7 @@ def test_a_partition_replaced_while_it_is_read_is_read_whole(tmp_path: Path, mon
         # (after the version check, before the delete): the delete is conditional on the damaged
         # version, so the good one stays, and is what the read returns.
         s3.put_object(Bucket="memory", Key="race/assets/source_files/01.parquet", Body=b"PAR1 torn write")
-        client = storage._s3_client()
+        client: Any = storage._s3_client()  # a boto3 client: one method replaced below
         head = client.head_object
 
         def head_then_replace(**kwargs):
