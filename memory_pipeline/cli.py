@@ -852,16 +852,21 @@ def main(argv: list[str] | None = None, *, hooks=None) -> int:
 
 
 def run() -> NoReturn:
-    """The `memory` command as a process: :func:`main`, then the interpreter's exit done by hand,
-    in its order (non-daemon threads joined, ``atexit`` handlers run: logging flushed, worker
-    processes stopped, temporary folders removed; the standard streams flushed), without its last
-    step, tearing every module down. That step changes nothing on disk or in the output (every
-    commit, connection and file is closed before main returns) and took about a second after an
-    index run with the model loaded (1,000 notes, torch runtime: 0.95 s of 48.2 s wall)."""
+    """The `memory` command as a process: :func:`main`, then :func:`exit_process`."""
+    exit_process(main())
+
+
+def exit_process(code: int) -> NoReturn:
+    """End the process with ``code``: the interpreter's exit done by hand, in its order (non-daemon
+    threads joined, ``atexit`` handlers run: logging flushed, worker processes stopped, temporary
+    folders removed; the standard streams flushed), without its last step, tearing every module
+    down. That step changes nothing on disk or in the output (every commit, connection and file is
+    closed before main returns) and took about a second after an index run with the model loaded
+    (1,000 notes, torch runtime: 0.95 s of 48.2 s wall). Output that cannot be written at that
+    point makes the status 120, as the interpreter's own exit does."""
     import atexit
     import threading
 
-    code = main()
     try:
         threading._shutdown()  # pyright: ignore[reportAttributeAccessIssue] - joins non-daemon threads, as at exit
         atexit._run_exitfuncs()

@@ -688,7 +688,7 @@ def _check_bucket(bucket: str, endpoint: str) -> None:
     try:
         info = object_store().get_file_info(bucket)
     except OSError as err:
-        reason = " ".join(str(err).split())[:300]
+        reason = _reason(err)
         raise StoreError(
             f"cannot reach the bucket {bucket}{where}: {reason}",
             hint="check the AWS credentials and AWS_ENDPOINT_URL in the environment, and that the store is up",
@@ -702,6 +702,16 @@ def _check_bucket(bucket: str, endpoint: str) -> None:
 
 os.register_at_fork(after_in_child=_object_store.cache_clear)  # a forked worker makes its own connections
 os.register_at_fork(after_in_child=_check_bucket.cache_clear)
+
+
+def _reason(err: BaseException) -> str:
+    """An error's message on one line, at most 300 characters (SDK messages span lines)."""
+    return " ".join(str(err).split())[:300]
+
+
+def _code(err: BaseException) -> str:
+    """An S3 error's code (``NoSuchKey``, ``PreconditionFailed``, …); empty for one with no reply."""
+    return str(getattr(err, "response", {}).get("Error", {}).get("Code", ""))
 
 
 def _s3_client():
@@ -719,7 +729,7 @@ def _s3_client():
     try:
         return _boto_client(endpoint, region, aws)
     except (BotoCoreError, ValueError) as err:
-        raise OSError(f"cannot make an S3 client: {' '.join(str(err).split())[:300]}") from None
+        raise OSError(f"cannot make an S3 client: {_reason(err)}") from None
 
 
 @lru_cache(maxsize=4)
@@ -754,12 +764,10 @@ def get_object(path: str, client=None) -> tuple[bytes, str] | None:
     try:
         got = client.get_object(Bucket=bucket, Key=key)
         return got["Body"].read(), got.get("ETag", "")
-    except ClientError as err:
-        if err.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+    except (ClientError, BotoCoreError) as err:
+        if _code(err) in ("NoSuchKey", "404"):
             return None
-        raise OSError(f"s3://{path}: {' '.join(str(err).split())[:300]}") from None
-    except BotoCoreError as err:
-        raise OSError(f"s3://{path}: {' '.join(str(err).split())[:300]}") from None
+        raise OSError(f"s3://{path}: {_reason(err)}") from None
 
 
 def _set_aside(path: str, etag: str, aside: str) -> bool:
@@ -779,12 +787,10 @@ def _set_aside(path: str, etag: str, aside: str) -> bool:
         if etag and client.head_object(Bucket=bucket, Key=key).get("ETag") != etag:
             return False
         client.delete_object(Bucket=bucket, Key=key, **if_match)
-    except ClientError as err:
-        if err.response.get("Error", {}).get("Code") in ("PreconditionFailed", "412", "NoSuchKey", "404"):
+    except (ClientError, BotoCoreError) as err:
+        if _code(err) in ("PreconditionFailed", "412", "NoSuchKey", "404"):
             return False
-        log.warning("could not set aside s3://%s: %s", path, " ".join(str(err).split())[:300])
-    except BotoCoreError as err:
-        log.warning("could not set aside s3://%s: %s", path, " ".join(str(err).split())[:300])
+        log.warning("could not set aside s3://%s: %s", path, _reason(err))
     return True
 
 
@@ -797,7 +803,7 @@ def _put_if(client, bucket: str, key: str, text: str, etag: str | None) -> bool:
     try:
         client.put_object(Bucket=bucket, Key=key, Body=text.encode(), **condition)
     except ClientError as err:
-        if err.response.get("Error", {}).get("Code") in ("PreconditionFailed", "ConditionalRequestConflict", "412", "409"):
+        if _code(err) in ("PreconditionFailed", "ConditionalRequestConflict", "412", "409"):
             return False
         raise
     return True

@@ -258,35 +258,26 @@ def main() -> None:
     gc.freeze()
     request, fds = _serve(path)
     _become(request, fds)
-    os._exit(_run(request["module"]))
+    code = _run(request["module"])
+    from memory_pipeline.cli import exit_process  # after the run: runpy warns about a module imported before it runs
+
+    exit_process(code)
 
 
 def _run(module: str) -> int:
-    """Run the module as `python -m` would; the exit status the interpreter would give.
-
-    The interpreter's exit is done by hand, in its order, up to tearing the modules down:
-    that last step (seconds, over the preloaded packages) changes nothing a test can see.
-    """
-    import atexit
+    """Run the module as `python -m` would; the exit status the interpreter would give. The exit
+    itself is the `memory` command's own (``cli.exit_process``: everything but tearing the modules
+    down, seconds over the preloaded packages, which changes nothing a test can see)."""
     import runpy
-    import threading
 
     try:
         runpy.run_module(module, run_name="__main__", alter_sys=True)
-        code = 0
+        return 0
     except SystemExit as stop:
-        code = _exit_code(stop.code)
+        return _exit_code(stop.code)
     except BaseException as err:  # noqa: BLE001 - what the interpreter does with an uncaught exception
         sys.excepthook(type(err), err, err.__traceback__)
-        code = 1
-    threading._shutdown()  # pyright: ignore[reportAttributeAccessIssue] - joins non-daemon threads, as at exit
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-    return code
+        return 1
 
 
 def _exit_code(code) -> int:

@@ -286,6 +286,52 @@ def test_a_partition_replaced_while_it_is_read_is_read_whole(tmp_path: Path, mon
         monkeypatch.delenv("AWS_PROFILE")
 
 
+def test_any_bytes_in_a_partition_object_read_as_a_table_or_set_aside(tmp_path: Path, monkeypatch):
+    """Hostile bytes where a partition object should be (arbitrary bytes, a valid file cut short or
+    with a byte flipped): the read returns the table or an empty one, and an object that did not
+    parse is set aside; it never raises and never leaves the bad object in place."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from memory_pipeline.models import MANIFEST_SCHEMA
+
+    rows = pa.Table.from_pylist([{"doc_id": f"mem:n/{i}.md", "source": "mem", "path": f"n/{i}.md", "status": "ok"} for i in range(20)])
+    buf = io.BytesIO()
+    pq.write_table(rows, buf)
+    valid = buf.getvalue()
+    hostile = st.one_of(
+        st.binary(max_size=2048),
+        st.integers(0, len(valid) - 1).map(lambda n: valid[:n]),
+        st.tuples(st.integers(0, len(valid) - 1), st.integers(1, 255)).map(lambda t: valid[: t[0]] + bytes([valid[t[0]] ^ t[1]]) + valid[t[0] + 1 :]),
+    )
+    with s3_server("memory") as env:
+        data = _store_on(env, monkeypatch, tmp_path, "fuzz")
+        import boto3
+
+        s3 = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name=env["AWS_REGION"])
+        key = "fuzz/assets/source_files/00.parquet"
+
+        @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+        @given(body=hostile)
+        def read(body: bytes) -> None:
+            s3.put_object(Bucket="memory", Key=key, Body=body)
+            table = data.read("source_files", "00", MANIFEST_SCHEMA)
+            assert table.schema == MANIFEST_SCHEMA
+            left = [o["Key"] for o in s3.list_objects_v2(Bucket="memory", Prefix="fuzz/assets/source_files/").get("Contents", [])]
+            if table.num_rows:
+                assert table.column("doc_id").to_pylist() == rows.column("doc_id").to_pylist() and key in left
+            else:
+                assert key not in left or body == b""  # set aside (an empty object reads as damaged too)
+            for k in left:
+                s3.delete_object(Bucket="memory", Key=k)
+
+        read()
+
+
 def test_a_missing_bucket_is_one_clear_error_for_every_command(tmp_path: Path):
     _write(tmp_path / "mem", {"notes/a.md": "# A\n\nhello object storage\n"})
     cfg = write_config(tmp_path / "memory_pipeline.yaml", data_dir="s3://no-such-bucket/agents", local_dir="local")
