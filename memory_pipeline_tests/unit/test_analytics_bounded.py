@@ -80,6 +80,10 @@ def test_coverage_and_problems_answer_exactly_within_a_small_memory_limit(tmp_pa
             1,
             "976.5 KiB",
         )  # 1 MB, as DuckDB writes it
+        # DuckDB's allocator hands back what a task freed at once (its default: past 128 MB per thread).
+        assert con.execute("SELECT current_setting('allocator_flush_threshold'), current_setting('allocator_bulk_deallocation_flush_threshold')").fetchall()[
+            0
+        ] == ("256KB", "250.0 KiB")  # 256 KB, as DuckDB writes each
         for name in ("source_files", "extraction_status", "indexed_state", "vector_rows"):
             con.execute(f"CREATE TABLE {name} AS SELECT * FROM {name}")
         con.execute(analytics.FILE_STATUS_SQL)
