@@ -116,6 +116,7 @@ IMPORT_TIME_PREFIXES = (
     "FORCE_COLOR",
     "WEBSOCKETS_",
     "SSL_CERT_",
+    "LANCEDB_LOG",  # lancedb's native logger reads it when lancedb is imported
 )
 
 

@@ -171,6 +171,29 @@ def test_eval_matches_a_hand_computed_example(tmp_path: Path):
     assert bad_mode.returncode == 2 and "--mode" in bad_mode.stderr
 
 
+def test_eval_baseline_prints_no_native_lancedb_warnings_unless_asked(tmp_path: Path):
+    """`memory eval`'s plain-LanceDB baseline selects columns without the score, which LanceDB's
+    native logger warned about on stderr for every query; a fresh `memory` process shows LanceDB's
+    errors only, and its warnings when the user sets LANCEDB_LOG."""
+    (tmp_path / "mem").mkdir()
+    cfg = write_config(tmp_path / "memory_pipeline.yaml")
+    docs = [("A", "coral reef bleaching in warm oceans"), ("B", "kafka consumer lag on the payments topic"), ("C", "a recipe for sourdough bread")]
+    (tmp_path / "corpus.jsonl").write_text("".join(json.dumps({"_id": d, "title": "", "text": t}) + "\n" for d, t in docs))
+    (tmp_path / "queries.jsonl").write_text("".join(json.dumps({"_id": f"q{d}", "text": t.split()[0]}) + "\n" for d, t in docs))
+    (tmp_path / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(f"q{d}\t{d}\t1\n" for d, _ in docs))
+    args = [
+        "eval", "--config", str(cfg), "--corpus", str(tmp_path / "corpus.jsonl"), "--queries", str(tmp_path / "queries.jsonl"),
+        "--qrels", str(tmp_path / "qrels.tsv"), "--mode", "lancedb-rrf", "--keep", str(tmp_path / "work"), "--json",
+    ]  # fmt: skip
+    quiet = run_cli(*args, fresh=True)
+    assert quiet.returncode == 0, quiet.stderr
+    assert json.loads(quiet.stdout)["modes"]["lancedb-rrf"]["queries"] == 3
+    assert "WARN" not in quiet.stderr, quiet.stderr
+    asked = run_cli(*args, fresh=True, env={"LANCEDB_LOG": "warn"})
+    assert asked.returncode == 0, asked.stderr
+    assert "lance::" in asked.stderr and "WARN" in asked.stderr  # the baseline's warnings exist: the first run had them silenced
+
+
 def test_eval_keeps_no_document_of_an_earlier_corpus_and_fails_clearly_on_an_empty_index(tmp_path: Path):
     """A kept folder loses the documents of an earlier, larger corpus (they would be indexed and
     ranked too); a corpus of which nothing could be indexed is a clear error, not a report of zeros."""
