@@ -821,10 +821,6 @@ def main(argv: list[str] | None = None, *, hooks=None) -> int:
     during `memory index` (tests inject them; see memory_pipeline_tests/fault_cli.py)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
-    # LanceDB's native logger writes its warnings straight to stderr, bypassing ours: `memory eval`'s
-    # plain-LanceDB baseline printed two deprecation lines per query (1,620 over SciFact). Errors
-    # only, unless the user asks (`LANCEDB_LOG=warn memory …`); read once, when lancedb is imported.
-    os.environ.setdefault("LANCEDB_LOG", "error")
     _fewer_malloc_arenas()
     args = build_parser().parse_args(argv)
     args.hooks = hooks

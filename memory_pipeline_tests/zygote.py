@@ -126,6 +126,9 @@ def _preload() -> None:
     import warnings
 
     shown = warnings.showwarning
+    # As importing memory_pipeline does in a `memory` process, before lancedb (its native logger
+    # reads this once, at import); a request that sets it gets a new interpreter (IMPORT_TIME_PREFIXES).
+    os.environ.setdefault("LANCEDB_LOG", "error")
     for name in PRELOAD:
         try:
             importlib.import_module(name)

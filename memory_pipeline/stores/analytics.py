@@ -178,8 +178,8 @@ def _bounded(con) -> None:
     # DuckDB's bundled jemalloc keeps what a thread freed until that thread's peak passes 128 MB
     # (DuckDB's default flush threshold): the copies' and queries' freed buffers stayed resident to
     # the end of the run, +32 MB anonymous memory at 10,000 notes against +14 MB at 1,000. Flushed
-    # after every task instead, `memory index` of 10,000 long notes peaked at 461 MB, not 480, and of
-    # 1,000 at 444, not 451 (2026-12-06, two runs each). The cost: at a million rows the build alone
+    # after every task instead, `memory index` of 10,000 long notes peaked at 450 MiB, not 468-469, and
+    # of 1,000 at 434, not 440-441 (2026-12-06, two runs each). The cost: at a million rows the build alone
     # took 3.9 s, not 3.4 (and peaked 6 MB lower); at 10,000 notes 0.25 s either way.
     con.execute(f"SET allocator_flush_threshold = {_sql_str(DUCKDB_ALLOCATOR_FLUSH)}")
     con.execute(f"SET allocator_bulk_deallocation_flush_threshold = {_sql_str(DUCKDB_ALLOCATOR_FLUSH)}")

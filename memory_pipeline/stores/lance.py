@@ -593,7 +593,8 @@ class VectorStore:
 
     @staticmethod
     def _ids(query) -> list[str]:
-        return query.select(["chunk_id"]).to_arrow().column("chunk_id").to_pylist()
+        # With the distance it ranks by: a select without it draws LanceDB's autoprojection warning.
+        return query.select(["chunk_id", "_distance"]).to_arrow().column("chunk_id").to_pylist()
 
     def maintain(self, keep_versions_for: timedelta = timedelta(days=7), ann=None) -> dict:
         """Compact fragments, fold new rows into the indices, prune versions older than a week.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from datetime import UTC, date, datetime
 from pathlib import Path
 
@@ -171,10 +172,15 @@ def test_eval_matches_a_hand_computed_example(tmp_path: Path):
     assert bad_mode.returncode == 2 and "--mode" in bad_mode.stderr
 
 
-def test_eval_baseline_prints_no_native_lancedb_warnings_unless_asked(tmp_path: Path):
+def test_eval_baseline_prints_no_native_lancedb_warnings_unless_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """`memory eval`'s plain-LanceDB baseline selects columns without the score, which LanceDB's
-    native logger warned about on stderr for every query; a fresh `memory` process shows LanceDB's
-    errors only, and its warnings when the user sets LANCEDB_LOG."""
+    native logger warned about on stderr for every query. A `memory` process shows LanceDB's errors
+    only, and its warnings when the user sets LANCEDB_LOG; any process that imports memory_pipeline
+    before lancedb gets the same default."""
+    import subprocess
+    import sys
+
+    monkeypatch.delenv("LANCEDB_LOG", raising=False)
     (tmp_path / "mem").mkdir()
     cfg = write_config(tmp_path / "memory_pipeline.yaml")
     docs = [("A", "coral reef bleaching in warm oceans"), ("B", "kafka consumer lag on the payments topic"), ("C", "a recipe for sourdough bread")]
@@ -185,13 +191,21 @@ def test_eval_baseline_prints_no_native_lancedb_warnings_unless_asked(tmp_path: 
         "eval", "--config", str(cfg), "--corpus", str(tmp_path / "corpus.jsonl"), "--queries", str(tmp_path / "queries.jsonl"),
         "--qrels", str(tmp_path / "qrels.tsv"), "--mode", "lancedb-rrf", "--keep", str(tmp_path / "work"), "--json",
     ]  # fmt: skip
+    # A new interpreter whose environment has no LANCEDB_LOG (this test process has one: importing
+    # memory_pipeline set it, and every process started from here would inherit it).
     quiet = run_cli(*args, fresh=True)
     assert quiet.returncode == 0, quiet.stderr
     assert json.loads(quiet.stdout)["modes"]["lancedb-rrf"]["queries"] == 3
-    assert "WARN" not in quiet.stderr, quiet.stderr
-    asked = run_cli(*args, fresh=True, env={"LANCEDB_LOG": "warn"})
+    assert "lance::" not in quiet.stderr, quiet.stderr
+    asked = run_cli(*args, env={"LANCEDB_LOG": "warn"})
     assert asked.returncode == 0, asked.stderr
-    assert "lance::" in asked.stderr and "WARN" in asked.stderr  # the baseline's warnings exist: the first run had them silenced
+    assert "lance::" in asked.stderr and "WARN" in asked.stderr  # the baseline's warnings exist: the runs above had them silenced
+    # Dagster's code servers and runs load memory_pipeline.definitions: the package sets the default first.
+    probe = "import os, memory_pipeline.definitions, lancedb; print(os.environ.get('LANCEDB_LOG'))"
+    for preset, expected in ((None, "error"), ("info", "info")):
+        env = {k: v for k, v in os.environ.items() if k != "LANCEDB_LOG"} | ({"LANCEDB_LOG": preset} if preset else {})
+        out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0 and out.stdout.split()[-1] == expected, out.stderr[-2000:]
 
 
 def test_eval_keeps_no_document_of_an_earlier_corpus_and_fails_clearly_on_an_empty_index(tmp_path: Path):
