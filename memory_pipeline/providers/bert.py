@@ -62,16 +62,13 @@ def encoder(model_path: Path) -> Callable[[dict[str, np.ndarray]], np.ndarray] |
     hidden, heads = int(config["hidden_size"]), int(config["num_attention_heads"])
     head_dim, eps, layers = hidden // heads, float(config.get("layer_norm_eps", 1e-12)), int(config["num_hidden_layers"])
 
-    def param(name: str) -> torch.Tensor:
-        return state[name].float()
-
     if any(t.dtype != torch.float32 for t in state.values() if t.is_floating_point()):
         return None  # half-precision weights: transformers runs them as stored, in half precision
     try:
-        emb = {n: param(f"embeddings.{n}.weight") for n in ("word_embeddings", "position_embeddings", "token_type_embeddings")}
-        emb_norm = (param("embeddings.LayerNorm.weight"), param("embeddings.LayerNorm.bias"))
+        emb = {n: state[f"embeddings.{n}.weight"] for n in ("word_embeddings", "position_embeddings", "token_type_embeddings")}
+        emb_norm = (state["embeddings.LayerNorm.weight"], state["embeddings.LayerNorm.bias"])
         blocks = [
-            {key: (param(f"encoder.layer.{i}.{key}.weight"), param(f"encoder.layer.{i}.{key}.bias")) for key in _LAYER_KEYS}
+            {key: (state[f"encoder.layer.{i}.{key}.weight"], state[f"encoder.layer.{i}.{key}.bias"]) for key in _LAYER_KEYS}
             for i in range(layers)
         ]  # fmt: skip
     except KeyError:

@@ -203,7 +203,7 @@ def test_eval_baseline_prints_no_native_lancedb_warnings_unless_asked(tmp_path: 
     # Dagster's code servers and runs load memory_pipeline.definitions: the package sets the default first.
     probe = "import os, memory_pipeline.definitions, lancedb; print(os.environ.get('LANCEDB_LOG'))"
     for preset, expected in ((None, "error"), ("info", "info")):
-        env = {k: v for k, v in os.environ.items() if k != "LANCEDB_LOG"} | ({"LANCEDB_LOG": preset} if preset else {})
+        env = dict(os.environ) | ({"LANCEDB_LOG": preset} if preset else {})  # without it: deleted above
         out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=300)
         assert out.returncode == 0 and out.stdout.split()[-1] == expected, out.stderr[-2000:]
 
