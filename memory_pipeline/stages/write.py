@@ -36,7 +36,7 @@ from memory_pipeline.settings import Settings
 from memory_pipeline.stages import shards
 from memory_pipeline.stages.hooks import NO_HOOKS, StageHooks
 from memory_pipeline.stores import generations
-from memory_pipeline.stores.lance import DOC_FTS_COLUMN, FTS_COLUMN, VectorStore, WriteCounts, document_texts, file_name_words, table_schema
+from memory_pipeline.stores.lance import DOC_FTS_COLUMN, FTS_COLUMN, SEGMENT_ROWS, VectorStore, WriteCounts, document_texts, file_name_words, table_schema
 
 if TYPE_CHECKING:
     import polars as pl
@@ -89,7 +89,30 @@ class WriteStats:
     table: str = ""
     generation: str = ""  # current | building | switched (the new generation became current)
     files_pending: int = 0  # files whose vectors are still in a running batch job
-    ann: str = ""  # exact (below ann.min_rows), built, current
+    ann: str = ""  # exact (below ann.min_rows), built, folded (new rows added as a delta index), current
+    ann_folds: int = 0  # delta indices this run added (one per SEGMENT_ROWS rows it wrote, and its rest)
+
+
+class _Segments:
+    """Folds the rows a run writes into the vector index every SEGMENT_ROWS rows
+    (``VectorStore.fold_segment``), so no index build holds more than a segment of them."""
+
+    def __init__(self, store: VectorStore, settings: Settings) -> None:
+        self.store, self.settings = store, settings
+        self.pending = 0
+        self.folds = 0
+        self.ann = ""
+
+    def wrote(self, counts: WriteCounts) -> None:
+        self.pending += counts.inserted + counts.updated
+        if self.pending < SEGMENT_ROWS:
+            return
+        self.pending = 0
+        give_back_memory()
+        done = self.store.fold_segment(self.settings.ann).get("ann", "")
+        if done in ("built", "folded"):
+            self.folds += done == "folded"
+            self.ann = "built" if "built" in (done, self.ann) else done
 
 
 def write_vectors(
@@ -121,6 +144,7 @@ def write_vectors(
     fp = fingerprint(settings, ident)
     now = datetime.now(UTC)
     per_shard = per_shard if per_shard is not None else {}
+    segments = _Segments(store, settings)
     for done, shard in enumerate(chunks, start=1):
         before = shards.additive(stats)
         manifest = {r["doc_id"]: r for r in manifests[shard].iter_rows(named=True)}
@@ -145,10 +169,13 @@ def write_vectors(
         if whole:
             parts = (table_rows(part, settings, ident, now, vectors) for _, part in doc_slices(shard_chunks, shard_chunks.column("doc_id").to_pylist()))
             counts = store.replace_shard(parts, shard)
+            segments.wrote(counts)
         else:
             counts = WriteCounts()
             for docs, part in doc_slices(shard_chunks, replaced + deleted):
-                counts.add(store.replace_docs(table_rows(part, settings, ident, now, vectors), docs))
+                done_part = store.replace_docs(table_rows(part, settings, ident, now, vectors), docs)
+                counts.add(done_part)
+                segments.wrote(done_part)
         del vectors
         hooks.at("write_after_first_commit")
         stats.files_replaced += len(replaced)
@@ -168,7 +195,7 @@ def write_vectors(
         for d in replaced:
             state[d] = {"doc_id": d, "sha256": manifest[d]["sha256"], "fingerprint": fp, "chunks": per_doc.get(d, 0)}
         data.write_rows(sorted(state.values(), key=lambda r: r["doc_id"]), INDEXED_STATE_SCHEMA, "memory_vectors", shard, ".state")
-        per_shard[shard] = {k: v for k, v in shards.delta(before, stats).items() if k != "table_rows"}
+        per_shard[shard] = {k: v for k, v in shards.delta(before, stats).items() if k not in ("table_rows", "ann_folds")}  # run-level numbers
         progress.report("write", done, len(chunks), "partitions")
     if stats.commits or force:
         # The index builds are the run's peak: what the shards' frames and commits freed goes back
@@ -177,7 +204,10 @@ def write_vectors(
         # A server for this folder (not this run's own) searches meanwhile: fold this run's rows now.
         stats.fts = store.ensure_fts(settings.fts, rebuild=force, fold=serverfile.serving_elsewhere(data.root)).get("fts", "")
         give_back_memory()
-        stats.ann = store.ensure_ann(settings.ann).get("ann", "")
+        ann = store.ensure_ann(settings.ann).get("ann", "")
+        # What the run's folds did first: "built" when one of them made the index.
+        stats.ann = segments.ann if segments.ann == "built" or (segments.ann and ann == "current") else ann
+        stats.ann_folds = segments.folds + (ann == "folded")
     else:
         stats.fts = "unchanged"
         stats.ann = "unchanged"

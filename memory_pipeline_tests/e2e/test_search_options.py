@@ -382,3 +382,10 @@ def test_folds_of_new_rows_add_delta_indices_until_the_ann_index_is_trained_agai
     assert deltas > 1  # folds did add deltas before the index was trained again
     stats = store.open().index_stats(store.vector_index().name)
     assert stats.num_unindexed_rows == 0 and stats.num_indices == 1
+    # Many new rows at once (more than a fifth) are folded in as a delta over just them, not
+    # trained again with the whole table (whose build grows with the table).
+    add(20_000, 1200)
+    got = store.ensure_ann(ann)
+    stats = store.open().index_stats(store.vector_index().name)
+    assert got["ann"] == "folded" and got["unindexed_rows"] == 1200, got
+    assert stats.num_unindexed_rows == 0 and stats.num_indices == 2
