@@ -69,7 +69,7 @@ def _vectors(seed: int, n: int, centers):
     return v
 
 
-def build(mode: str, rows: int, path: Path) -> dict:
+def build(mode: str, rows: int, path: Path, *, segment_rows: int, min_rows: int, slice_rows: int = SLICE) -> dict:
     """One way of building, in this process: the table written slice by slice, the index made."""
     import pyarrow as pa
 
@@ -77,6 +77,7 @@ def build(mode: str, rows: int, path: Path) -> dict:
     from memory_pipeline.stores import lance
     from memory_pipeline.stores.lance import VectorStore, table_schema
 
+    lance.SEGMENT_ROWS = segment_rows  # the product's default unless asked (the tests ask for small ones)
     shutil.rmtree(path, ignore_errors=True)
     peak = [0]
 
@@ -88,9 +89,9 @@ def build(mode: str, rows: int, path: Path) -> dict:
     threading.Thread(target=poll, daemon=True).start()
     meta = {"provider": "bench", "model": "synthetic", "dims": DIMS, "provider_key": "bench"}
     store = VectorStore(str(path), "memory_vectors")
-    store.ensure(DIMS, meta)
+    table = store.ensure(DIMS, meta)
     schema = table_schema(DIMS, meta)
-    ann = AnnConfig(min_rows=50_000, index_type="IVF_HNSW_SQ")
+    ann = AnnConfig(min_rows=min_rows, index_type="IVF_HNSW_SQ")
     centers = _centers()
     steps: list[dict] = []
     pending = 0
@@ -106,14 +107,14 @@ def build(mode: str, rows: int, path: Path) -> dict:
         )
         print(json.dumps(steps[-1]), flush=True)
 
-    for start in range(0, rows, SLICE):
-        n = min(SLICE, rows - start)
+    for start in range(0, rows, slice_rows):
+        n = min(slice_rows, rows - start)
         vecs = _vectors(start, n, centers)
         cols = {f.name: pa.nulls(n, f.type) for f in schema}
         cols["chunk_id"] = pa.array([f"c{start + k:07d}" for k in range(n)])
         cols["doc_id"] = pa.array([f"bench:d{(start + k) // 10}" for k in range(n)])
         cols["vector"] = pa.FixedSizeListArray.from_arrays(pa.array(vecs.reshape(-1)), DIMS)
-        store.open().add(pa.table(cols, schema=schema))
+        table.add(pa.table(cols, schema=schema))
         del vecs, cols
         pending += n
         if mode == "segments" and pending >= lance.SEGMENT_ROWS:
@@ -121,17 +122,19 @@ def build(mode: str, rows: int, path: Path) -> dict:
             step(lambda: store.fold_segment(ann))
     if mode == "whole" or pending:
         step(lambda: store.ensure_ann(ann))
-    stats = store.open().index_stats(store.vector_index().name)
+    index = store.vector_index()
+    stats = table.index_stats(index.name) if index is not None else None
+    assert stats is not None, "no vector index was built"
     return {
         "mode": mode, "rows": rows, "segment_rows": lance.SEGMENT_ROWS, "wall_s": round(time.perf_counter() - started, 1),
         "index_s": round(sum(s["seconds"] for s in steps), 1), "index_steps": len(steps),
         "largest_step_growth_mb": max(s["peak_mb"] - s["rss_before_mb"] for s in steps),
         "peak_mb": max(s["peak_mb"] for s in steps), "vm_hwm_mb": _hwm_mb(),
-        "delta_indices": int(stats.num_indices), "indexed_rows": int(stats.num_indexed_rows), "steps": steps,
+        "delta_indices": int(stats.num_indices or 0), "indexed_rows": int(stats.num_indexed_rows or 0), "steps": steps,
     }  # fmt: skip
 
 
-def measure(path: Path, queries: int = 100) -> dict:
+def measure(path: Path, queries: int = 100, min_rows: int = 50_000) -> dict:
     """Recall@10 against exact search and latency of the product's ANN query on one table."""
     import numpy as np
 
@@ -139,7 +142,8 @@ def measure(path: Path, queries: int = 100) -> dict:
     from memory_pipeline.stores.lance import VectorStore, ann_query
 
     table = VectorStore(str(path), "memory_vectors").open()
-    ann = AnnConfig(min_rows=50_000, index_type="IVF_HNSW_SQ")
+    assert table is not None, f"no table at {path}"
+    ann = AnnConfig(min_rows=min_rows, index_type="IVF_HNSW_SQ")
     rng = np.random.default_rng(7)
     qs = _centers()[rng.integers(0, CLUSTERS, queries)] + 0.6 * rng.standard_normal((queries, DIMS)).astype(np.float32)
     qs /= np.linalg.norm(qs, axis=1, keepdims=True)
@@ -149,10 +153,10 @@ def measure(path: Path, queries: int = 100) -> dict:
 
     recall, lat = [], []
     for q in qs:
-        exact = set(ids(table.search(q).distance_type("cosine").bypass_vector_index().limit(10)))
+        exact = set(ids(table.search(q).distance_type("cosine").bypass_vector_index().limit(10)))  # pyright: ignore[reportAttributeAccessIssue]
         for _ in range(2):
             t0 = time.perf_counter()
-            got = ids(ann_query(table.search(q).distance_type("cosine"), ann, 10).limit(10))
+            got = ids(ann_query(table.search(q).distance_type("cosine"), ann, 10).limit(10))  # pyright: ignore[reportAttributeAccessIssue]
             dt = time.perf_counter() - t0
         lat.append(dt * 1000)
         recall.append(len(exact & set(got)) / 10)
@@ -164,21 +168,40 @@ def measure(path: Path, queries: int = 100) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--segment-rows", type=int, default=None, help="rows per segment (default: the product's SEGMENT_ROWS)")
+    ap.add_argument("--min-rows", type=int, default=50_000, help="ann.min_rows")
+    ap.add_argument("--slice-rows", type=int, default=SLICE, help="rows per commit")
     ap.add_argument("--work-dir", type=Path, default=ROOT / "benchmarks" / "work" / "ann-segments")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--mode", choices=["whole", "segments"], help="one build in this process (used by the run)")
     args = ap.parse_args()
     os.environ.setdefault("LANCEDB_LOG", "error")
     if args.mode:
-        print("RESULT " + json.dumps(build(args.mode, args.rows, args.work_dir / args.mode)), flush=True)
+        from memory_pipeline.stores import lance
+
+        seg = args.segment_rows or lance.SEGMENT_ROWS
+        got = build(args.mode, args.rows, args.work_dir / args.mode, segment_rows=seg, min_rows=args.min_rows, slice_rows=args.slice_rows)
+        print("RESULT " + json.dumps(got), flush=True)
         return 0
     results: dict = {"rows": args.rows, "dims": DIMS, "date": time.strftime("%Y-%m-%d"), "cpu": _cpu()}
     for mode in ("whole", "segments"):
-        proc = subprocess.run(
-            [sys.executable, __file__, "--rows", str(args.rows), "--work-dir", str(args.work_dir), "--mode", mode], capture_output=True, text=True
-        )
+        argv = [
+            "--rows",
+            str(args.rows),
+            "--work-dir",
+            str(args.work_dir),
+            "--min-rows",
+            str(args.min_rows),
+            "--slice-rows",
+            str(args.slice_rows),
+            "--mode",
+            mode,
+        ]
+        if args.segment_rows:
+            argv += ["--segment-rows", str(args.segment_rows)]
+        proc = subprocess.run([sys.executable, __file__, *argv], capture_output=True, text=True)
         line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
         if proc.returncode or line is None:
             print(proc.stdout[-2000:], proc.stderr[-2000:], file=sys.stderr)
@@ -186,7 +209,7 @@ def main() -> int:
         results[mode] = json.loads(line[len("RESULT ") :])
         print(mode, {k: v for k, v in results[mode].items() if k != "steps"}, flush=True)
     for mode in ("whole", "segments"):
-        results[mode]["search"] = measure(args.work_dir / mode)
+        results[mode]["search"] = measure(args.work_dir / mode, min_rows=args.min_rows)
         print(mode, results[mode]["search"], flush=True)
     shutil.rmtree(args.work_dir, ignore_errors=True)
     if args.out:

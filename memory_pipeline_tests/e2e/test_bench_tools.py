@@ -46,3 +46,24 @@ def test_search_cpu_bad_config_is_one_line(tmp_path):
     proc = subprocess.run([sys.executable, str(SCRIPT), "--config", str(tmp_path / "missing.yaml")], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.startswith("[ERROR] ") and "Traceback" not in proc.stderr
+
+
+def test_bench_ann_segments_compares_the_two_index_shapes(tmp_path):
+    """`benchmarks/bench_ann_segments.py` (the README's numbers for the segment folds) builds the
+    index both ways through the product's calls and measures each; small sizes here."""
+    script = SCRIPT.parent / "bench_ann_segments.py"
+    out = tmp_path / "ann.json"
+    proc = subprocess.run(
+        [sys.executable, str(script), "--rows", "3000", "--segment-rows", "1000", "--min-rows", "1000", "--slice-rows", "500",
+         "--work-dir", str(tmp_path / "work"), "--out", str(out)],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads(out.read_text())
+    whole, segments = got["whole"], got["segments"]
+    assert whole["delta_indices"] == 1 and whole["index_steps"] == 1 and whole["indexed_rows"] == 3000
+    # Built over the first 1,000 rows, then a delta per later segment, each over just its rows.
+    assert segments["delta_indices"] == 3 and segments["index_steps"] == 3 and segments["indexed_rows"] == 3000
+    assert [s["ann"] for s in segments["steps"]] == ["built", "folded", "folded"]
+    for shape in (whole, segments):
+        assert shape["search"]["recall_at_10"] >= 0.9 and shape["search"]["p50_ms"] > 0 and shape["peak_mb"] > 0
