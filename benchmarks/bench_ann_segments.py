@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/bench_ann_segments.py --rows 1000000 --out benchmarks/results-ann-segments.json
 
 A table of ``--rows`` clustered unit vectors (384 dimensions, 2,000 Gaussian clusters, the same
-seed each time) is written in slices of 62,500 rows, as the write stage commits a big run, and its
+seed each time) is written in commits of 4,096 rows (16 per segment), as the write stage commits slices of files, and its
 `IVF_HNSW_SQ` index is made the two ways the product can:
 
 - ``whole``: every row written, then ``VectorStore.ensure_ann`` builds the index over the table in
@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 DIMS = 384
-SLICE = 62_500
+SLICE = 4_096  # rows per commit: 16 commits per segment, as the write stage commits slices of files
 CLUSTERS = 2000
 
 
@@ -121,7 +121,7 @@ def build(mode: str, rows: int, path: Path, *, segment_rows: int, min_rows: int,
             pending = 0
             step(lambda: store.fold_segment(ann))
     if mode == "whole" or pending:
-        step(lambda: store.ensure_ann(ann))
+        step(lambda: store.ensure_ann(ann, fold_rest=mode == "segments"))
     index = store.vector_index()
     stats = table.index_stats(index.name) if index is not None else None
     assert stats is not None, "no vector index was built"

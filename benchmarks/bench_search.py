@@ -132,7 +132,7 @@ def build_table(settings, provider, n_chunks: int, rng: random.Random, log) -> t
     store.ensure_fts(settings.fts)
     fts_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    ann = store.ensure_ann(settings.ann)
+    ann = store.ensure_ann(settings.ann, fold_rest=fold_s > 0)
     ann_s = time.perf_counter() - t0 + fold_s
     stats = store.open().index_stats(store.vector_index().name) if store.vector_index() is not None else None
     ann["ann_delta_indices"] = int(stats.num_indices) if stats is not None else 0

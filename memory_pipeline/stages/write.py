@@ -204,7 +204,7 @@ def write_vectors(
         # A server for this folder (not this run's own) searches meanwhile: fold this run's rows now.
         stats.fts = store.ensure_fts(settings.fts, rebuild=force, fold=serverfile.serving_elsewhere(data.root)).get("fts", "")
         give_back_memory()
-        ann = store.ensure_ann(settings.ann).get("ann", "")
+        ann = store.ensure_ann(settings.ann, fold_rest=bool(segments.ann)).get("ann", "")
         # What the run's folds did first: "built" when one of them made the index.
         stats.ann = segments.ann if segments.ann == "built" or (segments.ann and ann == "current") else ann
         stats.ann_folds = segments.folds + (ann == "folded")

@@ -389,3 +389,26 @@ def test_folds_of_new_rows_add_delta_indices_until_the_ann_index_is_trained_agai
     stats = store.open().index_stats(store.vector_index().name)
     assert got["ann"] == "folded" and got["unindexed_rows"] == 1200, got
     assert stats.num_unindexed_rows == 0 and stats.num_indices == 2
+
+
+def test_a_run_that_folded_segments_folds_its_rest_into_the_vector_index(tmp_path: Path):
+    """Rows the index lacks are read from disk by every query: a plain run leaves a few (up to a
+    fifth of the table) to the nightly maintenance, but a run that folded segments folds its rest
+    (1,000 rows or more) at its end, so a big first run leaves its table fully indexed."""
+    dims = 16
+    rng = np.random.default_rng(3)
+
+    def unit(n: int) -> np.ndarray:
+        vecs = rng.normal(size=(n, dims)).astype(np.float32)
+        return vecs / np.linalg.norm(vecs, axis=1, keepdims=True)
+
+    store = _store_of(tmp_path, unit(6000))
+    ann = AnnConfig(min_rows=1000, index_type="IVF_HNSW_SQ", nprobes=20)
+    assert store.ensure_ann(ann)["ann"] == "built"
+    more = _store_of(tmp_path / "more", unit(1100)).open().to_arrow()
+    more = more.set_column(more.schema.get_field_index("chunk_id"), "chunk_id", pa.array([f"m{i}" for i in range(more.num_rows)]))
+    store.open().add(more)
+    assert store.ensure_ann(ann) == {"ann": "current", "unindexed_rows": 1100, "ann_deltas": 1}  # 1,100 <= 6,000 / 5
+    got = store.ensure_ann(ann, fold_rest=True)
+    stats = store.open().index_stats(store.vector_index().name)
+    assert got["ann"] == "folded" and stats.num_unindexed_rows == 0 and stats.num_indices == 2, got
