@@ -9,6 +9,7 @@ simply redone by the next one (rows are keyed by chunk id, vectors come from the
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from memory_pipeline import progress, storage
 from memory_pipeline.allocator import trim_heap
 from memory_pipeline.changes import EmbeddingIdentity, chunk_budget, fingerprint
 from memory_pipeline.discovery import MEDIA_MODALITIES, SHARD_KEYS
+from memory_pipeline.errors import StoreError
 from memory_pipeline.models import (
     CHUNKS_SCHEMA,
     DELETIONS_SCHEMA,
@@ -75,6 +77,9 @@ def _resident_mb() -> int:
     return 0
 
 
+log = logging.getLogger(__name__)
+
+
 @dataclass
 class WriteStats:
     files_replaced: int = 0
@@ -109,7 +114,13 @@ class _Segments:
             return
         self.pending = 0
         give_back_memory()
-        done = self.store.fold_segment(self.settings.ann).get("ann", "")
+        try:
+            done = self.store.fold_segment(self.settings.ann).get("ann", "")
+        except StoreError as err:
+            # Index upkeep, not the write: the shard's rows are committed and its record follows;
+            # the run's end folds what is left (other writers' commits kept conflicting).
+            log.warning("%s; the rows are folded at the end of the run", err)
+            return
         if done in ("built", "folded"):
             self.folds += done == "folded"
             self.ann = "built" if "built" in (done, self.ann) else done
@@ -204,7 +215,10 @@ def write_vectors(
         # A server for this folder (not this run's own) searches meanwhile: fold this run's rows now.
         stats.fts = store.ensure_fts(settings.fts, rebuild=force, fold=serverfile.serving_elsewhere(data.root)).get("fts", "")
         give_back_memory()
-        ann = store.ensure_ann(settings.ann, fold_rest=bool(segments.ann)).get("ann", "")
+        # A forced run that folded nothing (its table has a full-text index) trains the vector
+        # index again, as it rebuilds the full-text one: its rows were all replaced, and a changed
+        # ``ann.index_type`` takes effect.
+        ann = store.ensure_ann(settings.ann, rebuild=force and not segments.ann, fold_rest=bool(segments.ann)).get("ann", "")
         # What the run's folds did first: "built" when one of them made the index.
         stats.ann = segments.ann if segments.ann == "built" or (segments.ann and ann == "current") else ann
         stats.ann_folds = segments.folds + (ann == "folded")

@@ -179,10 +179,10 @@ ANN_MAX_DELTAS = 8
 ANN_REBUILD_ROWS = 250_000
 # Rows a write run adds between two folds of its new rows into the vector index (``fold_segment``):
 # each fold builds a delta index over just those rows, so a run's index builds hold a segment's
-# rows at a time, never the whole table's. LanceDB's IVF_HNSW_SQ build over a million rows at once
-# grew the process by 777 MB (187 s); the same rows folded in 16 segments of 62,500, by 110-120 MB
-# each time (13-14 s each), recall@10 the same (1.0 on 1M clustered 384-d vectors) and a vector
-# query 21.5 ms p50 against 16.5 (2026-12-06, ``benchmarks/bench_ann_segments.py``).
+# rows at a time, never the whole table's. Over a million synthetic 384-d vectors committed 4,096
+# rows at a time, LanceDB's IVF_HNSW_SQ build over the whole table grew a fresh process by 318 MB
+# (200 s); the first build over 65,536 rows by 196 MB and each of the 15 folds by 101-161 MB
+# (2026-12-06, ``benchmarks/results-ann-segments-tail-unindexed.json``).
 SEGMENT_ROWS = 65_536
 
 # Fragments from which ``VectorStore.fold_new_rows`` compacts a table whose rows are all indexed
@@ -536,6 +536,11 @@ class VectorStore:
         table = self.open()
         if table is None or "vector" not in table.schema.names or table.count_rows() < ann.min_rows:
             return {}
+        # ``optimize`` folds every index, and LanceDB folds new rows into a full-text index by
+        # rewriting it whole (on a million rows 1.6 -> 18.4 s a fold, the process 237 -> 1,478 MB
+        # over 16 folds): a table that has one already is folded once, at the run's end.
+        if any(f"{c}_idx" == idx.name for idx in table.list_indices() for c in (FTS_COLUMN, DOC_FTS_COLUMN)):
+            return {}
         if self.vector_index() is None:
             return self.ensure_ann(ann)
         _with_conflict_retry(table, lambda: table.optimize(), f"folding new rows into the indices of {self.table_name}")
@@ -583,7 +588,9 @@ class VectorStore:
                 if unindexed < 1000 or (unindexed <= indexed // 5 and not fold_rest):
                     return {"ann": "current", "unindexed_rows": unindexed, "ann_deltas": deltas}
                 _with_conflict_retry(table, lambda: table.optimize(), f"folding new rows into the indices of {self.table_name}")
-                return {"ann": "folded", "unindexed_rows": unindexed, "ann_deltas": deltas + 1}
+                # LanceDB may merge the fold into the last delta rather than add one: counted again.
+                after = table.index_stats(idx.name)
+                return {"ann": "folded", "unindexed_rows": unindexed, "ann_deltas": int(getattr(after, "num_indices", deltas) or deltas)}
         started = time.perf_counter()
 
         def build():
