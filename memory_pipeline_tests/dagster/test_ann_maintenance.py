@@ -31,14 +31,19 @@ def _vectors_meta(result) -> dict:
     raise AssertionError("memory_vectors not materialized")
 
 
-@pytest.mark.slow
-def test_ann_built_above_threshold_and_measured_nightly(tmp_path: Path):
+def _notes(tmp_path: Path, n: int) -> Path:
+    """``n`` one-chunk notes on the topics in tmp_path/mem, and a config with ann.min_rows 256."""
     mem = tmp_path / "mem"
     mem.mkdir()
-    for i in range(300):
+    for i in range(n):
         topic = TOPICS[i % len(TOPICS)]
-        (mem / f"note-{i:03d}.md").write_text(f"# Note {i}\n\nAbout {topic}: entry {i} with detail {i * 7 % 13}.\n")
-    cfg = write_config(tmp_path / "memory_pipeline.yaml", ann={"min_rows": 256})
+        (mem / f"note-{i:04d}.md").write_text(f"# Note {i}\n\nAbout {topic}: entry {i} with detail {i * 7 % 13}.\n")
+    return write_config(tmp_path / "memory_pipeline.yaml", ann={"min_rows": 256})
+
+
+@pytest.mark.slow
+def test_ann_built_above_threshold_and_measured_nightly(tmp_path: Path):
+    cfg = _notes(tmp_path, 300)
     resources = index_resources(str(cfg))
     with memory_instance() as instance:
         first = dg.materialize(index_assets, instance=instance, resources=resources, run_config=LOGGERS, tags=dict(FULL_RANGE_TAGS))
@@ -86,12 +91,7 @@ def test_a_run_folds_its_rows_into_the_vector_index_a_segment_at_a_time(tmp_path
 
     monkeypatch.setattr(lance, "SEGMENT_ROWS", 300)
     monkeypatch.setattr(write, "SEGMENT_ROWS", 300)
-    mem = tmp_path / "mem"
-    mem.mkdir()
-    for i in range(1000):
-        topic = TOPICS[i % len(TOPICS)]
-        (mem / f"note-{i:04d}.md").write_text(f"# Note {i}\n\nAbout {topic}: entry {i} with detail {i * 7 % 13}.\n")
-    cfg = write_config(tmp_path / "memory_pipeline.yaml", ann={"min_rows": 256})
+    cfg = _notes(tmp_path, 1000)
     resources = index_resources(str(cfg))
     with memory_instance() as instance:
         first = dg.materialize(index_assets, instance=instance, resources=resources, run_config=LOGGERS, tags=dict(FULL_RANGE_TAGS))
@@ -125,11 +125,7 @@ def test_folds_skip_a_table_with_a_full_text_index_and_a_forced_run_retrains(tmp
 
     monkeypatch.setattr(lance, "SEGMENT_ROWS", 300)
     monkeypatch.setattr(write, "SEGMENT_ROWS", 300)
-    mem = tmp_path / "mem"
-    mem.mkdir()
-    for i in range(700):
-        (mem / f"note-{i:04d}.md").write_text(f"# Note {i}\n\nAbout {TOPICS[i % len(TOPICS)]}: entry {i}.\n")
-    cfg = write_config(tmp_path / "memory_pipeline.yaml", ann={"min_rows": 256})
+    cfg = _notes(tmp_path, 700)
     resources = index_resources(str(cfg))
     settings = load_settings(cfg)
     store = VectorStore(settings.lancedb_uri, settings.table_name)
