@@ -123,7 +123,13 @@ class _Segments:
             return
         if done in ("built", "folded"):
             self.folds += done == "folded"
-            self.ann = "built" if "built" in (done, self.ann) else done
+            self.ann = first_built(self.ann, done)
+
+
+def first_built(earlier: str, later: str) -> str:
+    """What a run did to the vector index, from what its folds did (``earlier``: built or folded)
+    and then its end (``later``): "built" if either built it, else what the folds did."""
+    return "built" if "built" in (earlier, later) else earlier or later
 
 
 def write_vectors(
@@ -219,8 +225,7 @@ def write_vectors(
         # index again, as it rebuilds the full-text one: its rows were all replaced, and a changed
         # ``ann.index_type`` takes effect.
         ann = store.ensure_ann(settings.ann, rebuild=force and not segments.ann, fold_rest=bool(segments.ann)).get("ann", "")
-        # What the run's folds did first: "built" when one of them made the index.
-        stats.ann = segments.ann if segments.ann == "built" or (segments.ann and ann == "current") else ann
+        stats.ann = first_built(segments.ann, ann) if segments.ann else ann
         stats.ann_folds = segments.folds + (ann == "folded")
     else:
         stats.fts = "unchanged"
