@@ -49,7 +49,7 @@ import random
 import re
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -222,6 +222,90 @@ class DataStore:
         if self.remote:
             return read_object_parquet(self._object(self._asset_key(asset, shard, suffix))[1], schema)
         return read_parquet(self.asset(asset, shard, suffix), schema)
+
+    def read_pieces(self, asset: str, shard: str, schema: pa.Schema, suffix: str = "") -> Iterator[pa.Table]:
+        """One partition a piece at a time: its Parquet row groups in order, each in ``schema``
+        (only its columns read). A stage that wrote the partition in pieces (:meth:`write_pieces`)
+        reads it back in those pieces, so its memory holds one of them, not the shard. A file of
+        one row group (or none), a missing one and a damaged one read as :meth:`read` reads them:
+        as one table."""
+        import pyarrow.parquet as pq
+
+        if self.remote:
+            # One GET, as every object read (a version whole); the row groups decoded one at a time.
+            import pyarrow as pa
+
+            got = get_object(self._object(self._asset_key(asset, shard, suffix))[1])
+            source: Any = pa.BufferReader(got[0]) if got is not None else None
+        else:
+            path = self.asset(asset, shard, suffix)
+            source = path if path.is_file() else None
+        try:
+            parquet = pq.ParquetFile(source) if source is not None else None
+        except (OSError, ValueError):
+            parquet = None  # damaged: the whole read below sets it aside
+        if parquet is None or parquet.num_row_groups <= 1:
+            yield self.read(asset, shard, schema, suffix)
+            return
+        present = set(parquet.schema_arrow.names)
+        columns = [n for n in schema.names if n in present]
+        for i in range(parquet.num_row_groups):
+            yield conform(parquet.read_row_group(i, columns=columns), schema)
+
+    def row_groups(self, asset: str, shard: str, suffix: str = "") -> int | None:
+        """How many pieces (row groups) a local partition file has; None for a missing, damaged or
+        remote one (a reader that needs two files' pieces to line up then reads them whole)."""
+        import pyarrow.parquet as pq
+
+        if self.remote:
+            return None
+        path = self.asset(asset, shard, suffix)
+        try:
+            return pq.ParquetFile(path).num_row_groups if path.is_file() else None
+        except (OSError, ValueError):
+            return None
+
+    def write_pieces(self, tables: Iterable[pa.Table], asset: str, shard: str, suffix: str = "") -> tuple[str, int]:
+        """Write one partition from its pieces (tables of one schema, the first's), each a row group,
+        atomically: the file appears whole once the last piece is written, or not at all. Only the
+        piece being written is in memory. Where it went, and its rows."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        rows = 0
+        writer = None
+        if self.remote:
+            fs, path = self._object(self._asset_key(asset, shard, suffix))
+            sink: Any = pa.BufferOutputStream()  # compressed; one PUT once whole (an object appears whole or not at all)
+            location = f"s3://{path}"
+        else:
+            target = self.asset(asset, shard, suffix)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            sink = target.with_suffix(f".tmp{os.getpid()}")
+            location = str(target)
+        try:
+            for table in tables:
+                if writer is None:
+                    writer = pq.ParquetWriter(sink, table.schema, **parquet_options(table.schema))
+                if table.num_rows:
+                    writer.write_table(table)  # a piece, one row group (an empty partition has none)
+                rows += table.num_rows
+                del table
+            if writer is None:
+                raise ValueError(f"no piece to write for {asset}{suffix} {shard}")
+            writer.close()
+            writer = None
+            if self.remote:
+                with fs.open_output_stream(path) as out:
+                    out.write(sink.getvalue())
+            else:
+                os.replace(sink, target)
+        finally:
+            if writer is not None:
+                writer.close()
+            if not self.remote and os.path.exists(sink):
+                os.unlink(sink)
+        return location, rows
 
     def write(self, table: pa.Table, asset: str, shard: str, suffix: str = "") -> str:
         """Write one partition file (atomically); where it went."""
@@ -577,6 +661,17 @@ class LazyFrames(Mapping[str, "pl.DataFrame"]):
             raise KeyError(shard)
         return self._data.read(self._asset, shard, schema, self._suffix)
 
+    def pieces(self, shard: str, schema: pa.Schema) -> Iterator[pa.Table]:
+        """One partition a piece at a time (its row groups), only ``schema``'s columns read."""
+        if shard not in self._shards:
+            raise KeyError(shard)
+        return self._data.read_pieces(self._asset, shard, schema, self._suffix)
+
+    def row_groups(self, shard: str) -> int | None:
+        if shard not in self._shards:
+            raise KeyError(shard)
+        return self._data.row_groups(self._asset, shard, self._suffix)
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._shards)
 
@@ -585,6 +680,22 @@ class LazyFrames(Mapping[str, "pl.DataFrame"]):
 
     def __repr__(self) -> str:
         return f"LazyFrames({self._asset}{self._suffix}, {len(self._shards)} shards)"
+
+
+PIECE_ROWS = 4096
+"""The rows of a piece: the stages from extraction to the table write each shard in pieces of
+about this many rows (whole files each: a file's segments or chunks are never split), written as
+the Parquet file's row groups and read back one at a time (:func:`pieces`). A shard is a sixteenth
+of the folder, so without pieces each stage's memory grew with the folder: at a million chunks a
+shard is 62,500 of them (see README, Benchmarks)."""
+
+
+def pieces(frames: Mapping[str, pl.DataFrame], shard: str, schema: pa.Schema) -> Iterator[pa.Table]:
+    """A shard of an asset as Arrow tables in ``schema``: its pieces when the frames are the IO
+    manager's (:class:`LazyFrames`), else the one frame converted."""
+    if isinstance(frames, LazyFrames):
+        return frames.pieces(shard, schema)
+    return iter([conform(frames[shard].to_arrow(), schema)])
 
 
 @lru_cache(maxsize=64)
@@ -923,6 +1034,6 @@ def read_parquet(path: Path, schema: pa.Schema | None) -> pa.Table:
 
 
 __all__ = [
-    "ASSETS", "GENERATIONS", "HISTORY", "LAST_RUN", "PROVIDER_STATE", "SIDE_ASSETS", "SIDE_FILES", "USAGE", "DataStore", "LazyFrames",
-    "check_url", "default_local_dir", "is_url", "locate", "object_store", "of", "read_parquet", "write_parquet", "write_text",
+    "ASSETS", "GENERATIONS", "HISTORY", "LAST_RUN", "PIECE_ROWS", "PROVIDER_STATE", "SIDE_ASSETS", "SIDE_FILES", "USAGE", "DataStore", "LazyFrames",
+    "check_url", "default_local_dir", "is_url", "locate", "object_store", "of", "pieces", "read_parquet", "write_parquet", "write_text",
 ]  # fmt: skip

@@ -204,12 +204,22 @@ def _frames(
     numbers: dict[str, dict[str, int]] = per_shard if per_shard is not None else {}
     pairs = shards_of_stage.measured(stream, counts, numbers) if counts is not None else stream
 
+    def own(shard: str, rows: int) -> None:
+        context.add_asset_metadata({**numbers.get(shard, {}), "dagster/partition_row_count": rows}, asset_key=key, partition_key=shard)
+
     def guarded():
         with _reported(results, retry_transient):
+            # A shard may come in pieces (consecutive pairs): its numbers once its last piece is made.
+            current, rows = None, 0
             for shard, frame in pairs:
-                own = {**numbers.get(shard, {}), "dagster/partition_row_count": frame.height}
-                context.add_asset_metadata(own, asset_key=key, partition_key=shard)
+                if shard != current:
+                    if current is not None:
+                        own(current, rows)
+                    current, rows = shard, 0
+                rows += frame.height
                 yield shard, frame
+            if current is not None:
+                own(current, rows)
 
     return ShardFrames(guarded(), metadata)
 

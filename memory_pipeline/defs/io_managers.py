@@ -8,9 +8,11 @@ A run covers one shard or many (a range), so values are per shard whatever their
 - an **input** is a mapping shard -> ``pl.DataFrame`` over the run's shards that reads a
   file when it is looked up and keeps nothing (:class:`~memory_pipeline.storage.LazyFrames`);
 - an **output** is :class:`ShardFrames`, the ``(shard, frame)`` pairs a stage produces one
-  shard at a time. The IO manager consumes it in order, writing each frame atomically and
-  dropping it before the stage makes the next, so memory holds one shard however many the
-  run covers. What is only known once every shard is made (a stage's counts) comes as the
+  shard at a time, or one piece of a shard at a time (consecutive pairs of one shard, see
+  :data:`~memory_pipeline.storage.PIECE_ROWS`). The IO manager consumes it in order, writing
+  each shard's pieces as the row groups of one file (atomically: it appears once whole) and
+  dropping each before the stage makes the next, so memory holds one piece however large the
+  shards and however many the run covers. What is only known once every shard is made (a stage's counts) comes as the
   ``ShardFrames``' metadata callback, called after the last shard and attached with
   ``add_output_metadata`` beside the standard keys (``dagster/row_count``,
   ``dagster/partition_row_count``, ``dagster/column_schema``, ``dagster/uri``). A plain
@@ -80,16 +82,27 @@ class PolarsParquetIOManager(dg.ConfigurableIOManager):
         schema = asset_schema(name)
         rows = 0
         written: set[str] = set()
-        for shard, frame in _pairs(obj, shards, name):
+        for shard, frames in _by_shard(_pairs(obj, shards, name)):
             if shard not in shards:
                 raise dg.DagsterInvariantViolationError(f"{name}: a frame for shard {shard}, which this run does not cover ({', '.join(shards)})")
-            schema = asset_schema(name, frame)
-            if schema is None:
-                raise dg.DagsterInvariantViolationError(f"{name}: the frame for shard {shard} has no vector column")
-            data.write_frame(frame, asset, shard, schema, suffix)
-            rows += frame.height
+            if shard in written:
+                raise dg.DagsterInvariantViolationError(f"{name}: the pieces of shard {shard} do not come one after another")
+            kept: list[pa.Schema] = []
+
+            def tables(frames=frames, shard=shard, kept=kept) -> Iterator[pa.Table]:
+                # A shard's pieces, one file: only the piece being written is in memory while the stage makes the next.
+                for frame in frames:
+                    if not kept:
+                        found = asset_schema(name, frame)
+                        if found is None:
+                            raise dg.DagsterInvariantViolationError(f"{name}: the frame for shard {shard} has no vector column")
+                        kept.append(found)
+                    yield frame.to_arrow().select(kept[0].names).cast(kept[0])
+                    del frame
+
+            rows += data.write_pieces(tables(), asset, shard, suffix)[1]
+            schema = kept[0] if kept else schema
             written.add(shard)
-            del frame  # only the next shard's frame is in memory while the stage makes it
         missing = [s for s in shards if s not in written]
         if missing:
             raise dg.DagsterInvariantViolationError(f"{name}: no frame for shards {', '.join(missing)} of this run")
@@ -116,6 +129,26 @@ def _shards(context: dg.OutputContext | dg.InputContext) -> list[str]:
         raise dg.DagsterInvariantViolationError(f"{context.asset_key.to_user_string()}: the Parquet IO manager stores assets partitioned by shard")
     order = {k: i for i, k in enumerate(context.asset_partitions_def.get_partition_keys())}
     return sorted(context.asset_partition_keys, key=lambda k: order.get(k, len(order)))
+
+
+def _by_shard(pairs: Iterable[tuple[str, "pl.DataFrame"]]) -> Iterator[tuple[str, Iterator["pl.DataFrame"]]]:
+    """Consecutive pairs of one shard as ``(shard, its frames)``, each frame let go of before the
+    next is asked for (``itertools.groupby`` keeps the last pair while the stage makes the next).
+    Each shard's frames are consumed before the next shard is asked for."""
+    it = iter(pairs)
+    ahead: list[tuple[str, Any] | None] = [next(it, None)]
+    while ahead[0] is not None:
+        shard = ahead[0][0]
+
+        def frames(shard: str = shard) -> Iterator["pl.DataFrame"]:
+            while ahead[0] is not None and ahead[0][0] == shard:
+                frame = ahead[0][1]
+                ahead[0] = None
+                yield frame
+                del frame
+                ahead[0] = next(it, None)
+
+        yield shard, frames()
 
 
 def _pairs(obj: Any, shards: list[str], name: str) -> Iterable[tuple[str, "pl.DataFrame"]]:

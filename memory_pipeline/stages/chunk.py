@@ -1,8 +1,8 @@
 """Stage 3, ``memory_chunks``: token-aware chunks with stable ids, never over the model's input limit.
 
 Takes the manifests and the segments (shard -> frame) and yields the chunks one shard
-at a time. A file whose chunking fails gets that reason in its extraction status (where
-every reader of per-file outcomes looks); the other files are chunked.
+at a time, in pieces of whole files. A file whose chunking fails gets that reason in its
+extraction status (where every reader of per-file outcomes looks); the other files are chunked.
 """
 
 from __future__ import annotations
@@ -19,13 +19,14 @@ from memory_pipeline.changes import EmbeddingIdentity, chunk_budget, chunk_id, f
 from memory_pipeline.chunking import chunk_segments, locator_for
 from memory_pipeline.discovery import MEDIA_MODALITIES
 from memory_pipeline.errors import ProviderError
-from memory_pipeline.models import CHUNKS_SCHEMA, EXTRACTION_STATUS_SCHEMA, Segment, frame_of
+from memory_pipeline.models import CHUNKS_SCHEMA, EXTRACTION_STATUS_SCHEMA, SEGMENTS_SCHEMA, Segment, frame_of
 from memory_pipeline.providers.base import EmbeddingProvider
 from memory_pipeline.settings import Settings
 from memory_pipeline.stages.media import NATIVE_MODALITIES, media_label, native_media_enabled, native_problem
 
 if TYPE_CHECKING:
     import polars as pl
+    import pyarrow as pa
 
 
 @dataclass
@@ -46,7 +47,9 @@ def make_chunks(
     ident: EmbeddingIdentity,
     counts: ChunkCounts | None = None,
 ) -> Iterator[tuple[str, pl.DataFrame]]:
-    """Yield ``(shard, chunks)`` per shard of ``segments``; chunks never exceed the provider's real input limit."""
+    """Yield ``(shard, chunks)`` per shard of ``segments``, a shard in pieces of whole files (about
+    ``storage.PIECE_ROWS`` chunks each, its segments read a piece at a time too); chunks never
+    exceed the provider's real input limit."""
     data = storage.of(settings)
     budget, overlap = chunk_budget(settings, ident)
     count_model = provider.count_tokens if provider is not None else None
@@ -57,11 +60,12 @@ def make_chunks(
         failed: dict[str, str] = {}
         not_native: dict[str, str] = {}  # media files embedded from derived text instead, and why
         manifest = {r["doc_id"]: r for r in manifests[shard].iter_rows(named=True)}
-        segs_by_doc: dict[str, list[Segment]] = defaultdict(list)
-        for r in segments[shard].iter_rows(named=True):
-            segs_by_doc[r["doc_id"]].append(Segment(r["text"], r["line_start"], r["line_end"], r["label"], r["kind"] or ""))
         rows: list[dict] = []
-        for doc, doc_segments in segs_by_doc.items():
+        for doc, doc_segments in _documents(storage.pieces(segments, shard, SEGMENTS_SCHEMA)):
+            if len(rows) >= storage.PIECE_ROWS:
+                # A piece of whole files: the shard's chunks file is written as it is made.
+                yield shard, frame_of(rows, CHUNKS_SCHEMA)
+                rows = []
             m = manifest[doc]
             counts.files += 1
             try:
@@ -101,6 +105,23 @@ def make_chunks(
             data.write_rows(status, EXTRACTION_STATUS_SCHEMA, "extracted_content", shard, ".status")
             counts.failures.extend({"path": manifest[d]["abs_path"], "reason": r} for d, r in failed.items())
         yield shard, frame_of(rows, CHUNKS_SCHEMA)
+
+
+def _documents(tables: Iterator[pa.Table]) -> Iterator[tuple[str, list[Segment]]]:
+    """Each file's segments, in the order of the shard's segments (a file's are consecutive), read
+    a piece at a time: a file whose segments run on into the next piece is completed from it."""
+    doc: str | None = None
+    found: list[Segment] = []
+    for table in tables:
+        for r in (r for batch in table.to_batches(max_chunksize=1024) for r in batch.to_pylist()):
+            if r["doc_id"] != doc:
+                if doc is not None:
+                    yield doc, found
+                doc, found = r["doc_id"], []
+            found.append(Segment(r["text"], r["line_start"], r["line_end"], r["label"], r["kind"] or ""))
+        del table
+    if doc is not None:
+        yield doc, found
 
 
 def _chunk_rows(m: dict, shard: str, chunks, segments: list[Segment], native: bool, count_model=None) -> list[dict]:

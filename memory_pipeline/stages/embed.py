@@ -27,7 +27,7 @@ from memory_pipeline.batching.factory import BATCH_PROVIDERS
 from memory_pipeline.batching.stage import embed_batched
 from memory_pipeline.changes import EmbeddingIdentity
 from memory_pipeline.errors import ProviderError
-from memory_pipeline.models import embeddings_schema
+from memory_pipeline.models import CHUNKS_SCHEMA, embeddings_schema
 from memory_pipeline.providers.base import EmbeddingProvider
 from memory_pipeline.settings import Settings
 from memory_pipeline.stages.hooks import NO_HOOKS, StageHooks
@@ -77,11 +77,13 @@ def embed_chunks(
     per_shard: dict[str, dict[str, int]] | None = None,
 ) -> Iterator[tuple[str, pl.DataFrame]]:
     """Vectors for every chunk of the changed files (cache first, then the provider); returns
-    ``(shard, content_hash + vector)`` per shard of ``chunks``.
+    ``(shard, content_hash + vector)`` per shard of ``chunks``, or per piece of a shard the chunk
+    stage wrote in pieces (one frame for each of its pieces, in order: the write stage reads the
+    two files' pieces side by side).
 
-    The shards are embedded in waves of whole shards, each wave holding about
+    The shards are embedded in waves of whole shards or pieces, each wave holding about
     :data:`WAVE_BYTES` of texts and vectors, so memory follows the largest wave (at least one
-    shard), not the run. The first wave is embedded now (so a provider that fails at once
+    piece), not the run. The first wave is embedded now (so a provider that fails at once
     fails here); the others as the frames are consumed. With the provider's batch API on, the
     whole run is one wave: one set of jobs, submitted together.
 
@@ -91,7 +93,7 @@ def embed_chunks(
 
     ``per_shard``: filled in with each shard's own numbers as its frame is built (chunks, unique
     texts, and of those how many came from the cache and how many were embedded by this run; a
-    text two shards share counts in both)."""
+    text two shards, or two pieces of a shard, share counts in both)."""
     counts = counts if counts is not None else EmbedCounts()
     counts.dims = ident.dims
     per_shard = per_shard if per_shard is not None else {}
@@ -120,18 +122,27 @@ def embed_chunks(
 
 
 def _waves(chunks: Mapping[str, pl.DataFrame], cap: int | None, dims: int) -> Iterator[list[tuple[str, pl.DataFrame]]]:
-    """Consecutive shards whose texts and vectors add up to about ``cap`` bytes (every shard when None)."""
+    """Consecutive shards, or pieces of shards (a shard the chunk stage wrote in pieces is read a
+    piece at a time), whose texts and vectors add up to about ``cap`` bytes (all when None)."""
+    import polars as pl
+
     wave: list[tuple[str, pl.DataFrame]] = []
     size = 0
     for shard in chunks:
-        table = chunks[shard].select("content_hash", "embed_text", "tokens", "media_file", "mime_type", "source")
-        wave.append((shard, table))
-        size += _wave_bytes(table, dims)
-        if cap is not None and size >= cap:
-            yield wave
-            wave, size = [], 0
+        for piece in storage.pieces(chunks, shard, _WAVE_SCHEMA):
+            table = pl.from_arrow(piece)
+            assert isinstance(table, pl.DataFrame)  # a Table gives a DataFrame
+            wave.append((shard, table))
+            size += _wave_bytes(table, dims)
+            if cap is not None and size >= cap:
+                yield wave
+                wave, size = [], 0
     if wave:
         yield wave
+
+
+# The chunks' columns a wave reads: what is embedded, and how.
+_WAVE_SCHEMA = pa.schema([CHUNKS_SCHEMA.field(n) for n in ("content_hash", "embed_text", "tokens", "media_file", "mime_type", "source")])
 
 
 def _wave_bytes(table: pl.DataFrame, dims: int) -> int:
@@ -178,7 +189,10 @@ def _frames(
         # Chunks still in a running batch job get no vector yet: their files wait (memory_vectors skips them).
         hashes = sorted(h for h in unique if h in vectors)
         from_cache = sum(1 for h in hashes if h in cached)
-        per_shard[s] = {"chunks": len(column), "unique": len(unique), "cached": from_cache, "embedded": len(hashes) - from_cache}
+        # A shard in pieces adds up its pieces' numbers (a text two pieces share counts in both).
+        got = per_shard.setdefault(s, {"chunks": 0, "unique": 0, "cached": 0, "embedded": 0})
+        for k, v in (("chunks", len(column)), ("unique", len(unique)), ("cached", from_cache), ("embedded", len(hashes) - from_cache)):
+            got[k] += v
         # Stacked straight into float32: a copy after the stack (``astype``) held a shard's vectors
         # twice, +96 MB at a million chunks (62,500 to a shard).
         arr = np.stack([vectors[h] for h in hashes], dtype=np.float32) if hashes else np.zeros((0, dims), np.float32)

@@ -1,7 +1,7 @@
 """Stage 2, ``extracted_content``: text segments for every file the manifest marks ``index``.
 
 Takes the manifests (shard -> frame), yields the segments (text with line locators)
-one shard at a time and records beside them the extraction status (ok, failed with a
+one shard at a time, in pieces of whole files (``storage.PIECE_ROWS`` segments), and records beside them the extraction status (ok, failed with a
 reason, or ok with a warning when indexed in part). One file's failure, whatever it is,
 becomes that file's recorded error; the stage goes on.
 """
@@ -56,6 +56,11 @@ def extract_content(settings: Settings, manifests: Mapping[str, pl.DataFrame], c
                 _extract_one(row, roots, options, counts, seg_rows, status_rows)
                 done += 1
                 progress.report("extract", done, total, "files")
+                if len(seg_rows) >= storage.PIECE_ROWS:
+                    # A piece of whole files: the shard's file is written as it is made.
+                    yield shard, frame_of(seg_rows, SEGMENTS_SCHEMA)
+                    seg_rows = []
+            # Before the shard's last piece: the segments file appears once whole, after its status.
             data.write_rows(status_rows, EXTRACTION_STATUS_SCHEMA, "extracted_content", shard, ".status")
             yield shard, frame_of(seg_rows, SEGMENTS_SCHEMA)
     finally:

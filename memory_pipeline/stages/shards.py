@@ -33,11 +33,14 @@ def additive(counts: Any) -> dict[str, int]:
 
 def measured(stream: Iterable[tuple[str, T]], counts: Any, into: dict[str, dict[str, int]]) -> Iterator[tuple[str, T]]:
     """Pass a stage's ``(shard, frame)`` pairs through, recording in ``into[shard]`` what that shard
-    added to ``counts`` (a stage yields a shard's frame once that shard's work is counted)."""
+    added to ``counts`` (a stage yields a shard's frame once that shard's work is counted; a shard
+    that comes in pieces adds up what each piece added)."""
     before = additive(counts)
     for shard, frame in stream:
         now = additive(counts)
-        into[shard] = {k: v - before.get(k, 0) for k, v in now.items()}
+        got = into.setdefault(shard, {})
+        for k, v in now.items():
+            got[k] = got.get(k, 0) + v - before.get(k, 0)
         before = now
         yield shard, frame
 

@@ -9,9 +9,11 @@ simply redone by the next one (rows are keyed by chunk id, vectors come from the
 
 from __future__ import annotations
 
+import functools
+import itertools
 import logging
 from collections import defaultdict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -169,31 +171,34 @@ def write_vectors(
         ext_status = data.read("extracted_content", shard, EXTRACTION_STATUS_SCHEMA, ".status").to_pylist()
         replaced = [r["doc_id"] for r in ext_status if r["status"] == "ok"]
         deleted = data.read("source_files", shard, DELETIONS_SCHEMA, ".deletions").column("doc_id").to_pylist()
-        shard_chunks = _arrow(chunks, shard, ROW_SOURCE_SCHEMA)
-        # The shard's vectors, read once for all its slices (and what tells which chunks have one).
-        vectors = ShardVectors.read(embeddings, shard, ident) if ident.dims > 0 and shard_chunks.num_rows else None
-        waiting = _docs_waiting_for_vectors(vectors, shard_chunks)
+        # Which files wait for vectors, from the two files' keys alone (no vector and no text read).
+        keys = _arrow(chunks, shard, _KEYS_SCHEMA)
+        vectors = _ShardPieces(chunks, embeddings, shard, ident, keys.num_rows)
+        waiting = vectors.waiting(keys)
         if waiting:
             # Their vectors are in a batch job still running: they keep their current rows until it is in.
-            # pyarrow.compute's functions are generated at import time: its stubs do not list them
-            shard_chunks = shard_chunks.filter(pc.invert(pc.is_in(shard_chunks.column("doc_id"), pa.array(sorted(waiting)))))  # pyright: ignore[reportAttributeAccessIssue]
             replaced = [d for d in replaced if d not in waiting]
             stats.files_pending += len(waiting)
+        per_doc: dict[str, int] = defaultdict(int)
+        for d in keys.column("doc_id").to_pylist():
+            per_doc[d] += 1
+        del keys
+
         # The rows are built and committed a slice of files at a time, never the whole shard at
         # once: a shard holds a sixteenth of the folder, and at 1M chunks one shard's rows built
         # at once took the run's resident size from ~900 MB to ~1,580 MB at each shard's write.
         whole = force and not waiting
+        row_parts = functools.partial(_row_parts, vectors, waiting, settings, ident, now)
         if whole:
-            parts = (table_rows(part, settings, ident, now, vectors) for _, part in doc_slices(shard_chunks, shard_chunks.column("doc_id").to_pylist()))
-            counts = store.replace_shard(parts, shard)
+            counts = store.replace_shard((part for _, part in row_parts(lambda piece, _last: piece.column("doc_id").to_pylist())), shard)
             segments.wrote(counts)
         else:
             counts = WriteCounts()
-            for docs, part in doc_slices(shard_chunks, replaced + deleted):
-                done_part = store.replace_docs(table_rows(part, settings, ident, now, vectors), docs)
+            for docs, part in row_parts(_Remaining(set(replaced) | set(deleted))):
+                done_part = store.replace_docs(part, docs)
                 counts.add(done_part)
                 segments.wrote(done_part)
-        del vectors
+        del vectors, row_parts
         hooks.at("write_after_first_commit")
         stats.files_replaced += len(replaced)
         stats.files_deleted += len(deleted)
@@ -206,9 +211,6 @@ def write_vectors(
         state = {} if whole else {r["doc_id"]: r for r in data.read("memory_vectors", shard, INDEXED_STATE_SCHEMA, ".state").to_pylist()}
         for d in deleted:
             state.pop(d, None)
-        per_doc: dict[str, int] = defaultdict(int)
-        for d in shard_chunks.column("doc_id").to_pylist():
-            per_doc[d] += 1
         for d in replaced:
             state[d] = {"doc_id": d, "sha256": manifest[d]["sha256"], "fingerprint": fp, "chunks": per_doc.get(d, 0)}
         data.write_rows(sorted(state.values(), key=lambda r: r["doc_id"]), INDEXED_STATE_SCHEMA, "memory_vectors", shard, ".state")
@@ -255,17 +257,93 @@ def reset_index_state(settings: Settings) -> None:
     storage.of(settings).drop("memory_vectors", ".state")
 
 
-def _docs_waiting_for_vectors(vectors: ShardVectors | None, chunks: pa.Table) -> set[str]:
-    """Files of the shard with a chunk that has no vector yet (a ``wait: false`` batch still running).
-    A shard without an embeddings file has no vector at all."""
-    if vectors is None or chunks.num_rows == 0:
-        return set()
-    have = vectors.row_of
-    return {d for d, h in zip(chunks.column("doc_id").to_pylist(), chunks.column("content_hash").to_pylist()) if h not in have}
+def _row_parts(
+    vectors: _ShardPieces, waiting: set[str], settings: Settings, ident: EmbeddingIdentity, now: datetime, docs_of: Callable[[pa.Table, bool], Sequence[str]]
+) -> Iterator[tuple[list[str], pa.Table]]:
+    """A shard's table rows in slices of whole files, read a piece at a time (``storage.PIECE_ROWS``
+    chunks; the whole shard when it was written as one), each piece with its vectors, the files in
+    ``waiting`` left out. ``docs_of(piece, last)``: the files whose rows a piece's commits replace."""
+    for piece, piece_vectors, last in vectors.pieces(waiting):
+        for docs, part in doc_slices(piece, docs_of(piece, last)):
+            yield docs, table_rows(part, settings, ident, now, piece_vectors)
+
+
+class _Remaining:
+    """The files a shard's commits replace, each once, a piece at a time: a piece's own files, and
+    with the last piece every file left, also those without rows now (deleted, or nothing left to
+    index): its commit removes their rows. A shard of one piece is committed as before pieces."""
+
+    def __init__(self, docs: set[str]) -> None:
+        self.todo = docs
+
+    def __call__(self, piece: pa.Table, last: bool) -> list[str]:
+        mine = sorted(self.todo if last else self.todo.intersection(piece.column("doc_id").to_pylist()))
+        self.todo.difference_update(mine)
+        return mine
+
+
+class _ShardPieces:
+    """A shard's chunks with their vectors, a piece at a time (``storage.PIECE_ROWS`` chunks).
+
+    When the embed stage wrote the shard's vectors in the chunks' pieces (one row group for each,
+    in order: it does whenever each piece got vectors), a piece's vectors are read with it, so the
+    stage holds a piece's, not a shard's (at a million chunks a shard's are 96 MB). Otherwise (a
+    shard written whole, vectors still in a batch job, files on object storage) the shard's vectors
+    are read once for all its pieces (:class:`ShardVectors`), and so is a piece's the first time one
+    lacks a vector it should have.
+    """
+
+    def __init__(self, chunks: Mapping[str, pl.DataFrame], embeddings: Mapping[str, pl.DataFrame], shard: str, ident: EmbeddingIdentity, rows: int) -> None:
+        self.chunks, self.embeddings, self.shard, self.ident = chunks, embeddings, shard, ident
+        self.has_vectors = ident.dims > 0 and rows > 0  # a shard without an embeddings file has no vector at all
+        n, m = _row_groups(chunks, shard), _row_groups(embeddings, shard)
+        self.aligned = self.has_vectors and n is not None and n >= 1 and n == m
+        self._whole: ShardVectors | None = None
+
+    def waiting(self, keys: pa.Table) -> set[str]:
+        """Files of the shard with a chunk that has no vector yet (a ``wait: false`` batch still
+        running), from the chunks' keys and the vectors' content hashes (no vector read)."""
+        if not self.has_vectors:
+            return set()
+        schema = pa.schema([embeddings_schema(self.ident.dims).field("content_hash")])
+        have = set(_arrow(self.embeddings, self.shard, schema).column("content_hash").to_pylist())
+        return {d for d, h in zip(keys.column("doc_id").to_pylist(), keys.column("content_hash").to_pylist()) if h not in have}
+
+    def whole(self) -> ShardVectors:
+        if self._whole is None:
+            self._whole = ShardVectors.read(self.embeddings, self.shard, self.ident)
+        return self._whole
+
+    def pieces(self, waiting: set[str]) -> Iterator[tuple[pa.Table, ShardVectors | None, bool]]:
+        """``(chunks, their vectors, last)`` per piece, the files in ``waiting`` left out. Always one
+        at least (empty for a shard without chunks)."""
+        chunk_pieces = storage.pieces(self.chunks, self.shard, ROW_SOURCE_SCHEMA)
+        vector_pieces = storage.pieces(self.embeddings, self.shard, embeddings_schema(self.ident.dims)) if self.aligned else None
+        leave_out = pa.array(sorted(waiting), type=pa.string())
+        piece: pa.Table | None = next(chunk_pieces)
+        for after in itertools.chain(chunk_pieces, [None]):  # one piece read ahead: which is the last
+            assert piece is not None
+            rows: pa.Table = piece
+            vectors = None
+            if self.has_vectors:
+                vectors = ShardVectors.of_table(next(vector_pieces), self.ident.dims) if vector_pieces is not None else self.whole()
+            if waiting:
+                # pyarrow.compute's functions are generated at import time: its stubs do not list them
+                rows = rows.filter(pc.invert(pc.is_in(rows.column("doc_id"), leave_out)))  # pyright: ignore[reportAttributeAccessIssue]
+            if vectors is not None and vectors is not self._whole and not all(h in vectors.row_of for h in rows.column("content_hash").to_pylist()):
+                vectors = self.whole()  # pieces that do not line up after all: the shard's vectors
+            yield rows, vectors, after is None
+            piece = after
+
+
+def _row_groups(frames: Mapping[str, pl.DataFrame], shard: str) -> int | None:
+    return frames.row_groups(shard) if isinstance(frames, storage.LazyFrames) else None
 
 
 # The chunks' columns the table's rows are made of (not the text as embedded, nor the media file).
 ROW_SOURCE_SCHEMA = pa.schema([f for f in CHUNKS_SCHEMA if f.name not in ("embed_text", "media_file")])
+# The chunks' keys: which file, which text.
+_KEYS_SCHEMA = pa.schema([CHUNKS_SCHEMA.field("doc_id"), CHUNKS_SCHEMA.field("content_hash")])
 
 
 def _arrow(frames: Mapping[str, pl.DataFrame], shard: str, schema: pa.Schema) -> pa.Table:
@@ -334,9 +412,13 @@ class ShardVectors:
 
     @classmethod
     def read(cls, embeddings: Mapping[str, pl.DataFrame], shard: str, ident: EmbeddingIdentity) -> ShardVectors:
-        emb = _arrow(embeddings, shard, embeddings_schema(ident.dims))  # no file: no vector at all
+        return cls.of_table(_arrow(embeddings, shard, embeddings_schema(ident.dims)), ident.dims)  # no file: no vector at all
+
+    @classmethod
+    def of_table(cls, emb: pa.Table, dims: int) -> ShardVectors:
+        """The vectors of a ``chunk_embeddings`` table (a shard's, or a piece's)."""
         row_of = {h: i for i, h in enumerate(emb.column("content_hash").to_pylist())}
-        matrix = emb.column("vector").combine_chunks().flatten().to_numpy(zero_copy_only=False).reshape(-1, ident.dims)
+        matrix = emb.column("vector").combine_chunks().flatten().to_numpy(zero_copy_only=False).reshape(-1, dims)
         return cls(np.ascontiguousarray(matrix, dtype=np.float32), row_of)
 
     def of(self, hashes: Sequence[str]) -> pa.FixedSizeListArray:

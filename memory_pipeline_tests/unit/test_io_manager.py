@@ -85,11 +85,13 @@ def test_a_missing_shard_reads_empty_and_a_damaged_one_is_set_aside(setup):
 
 
 def test_shard_frames_are_written_one_at_a_time_and_freed(setup):
-    """While the stage makes a shard's frame, the one before is on disk and no longer in memory."""
+    """While the stage makes a shard's frame, the one before is written and no longer in memory;
+    the shard before that is on disk (a shard's file is closed once its next shard's frame shows
+    that it has no more pieces)."""
     manager, data = setup
     shards = ["00", "01", "02", "03"]
     made: list[weakref.ref] = []
-    seen: list[tuple[str, bool, bool]] = []  # (shard, the previous file is written, the previous frame is gone)
+    seen: list[tuple[str, bool, bool]] = []  # (shard, the file before the previous is on disk, the previous frame is gone)
 
     def make(shard: str) -> pl.DataFrame:
         frame = _frame(CHUNKS_SCHEMA, shard, 3)
@@ -99,8 +101,8 @@ def test_shard_frames_are_written_one_at_a_time_and_freed(setup):
     def stage():
         for shard in shards:
             if made:
-                previous = shards[len(made) - 1]
-                seen.append((shard, data.asset("memory_chunks", previous).is_file(), made[-1]() is None))
+                before = shards[len(made) - 2] if len(made) >= 2 else None
+                seen.append((shard, before is None or data.asset("memory_chunks", before).is_file(), made[-1]() is None))
             yield shard, make(shard)  # the stage keeps no reference to what it yielded
 
     frames = ShardFrames(stage(), metadata=lambda: {"frames_made": len(made)})
@@ -193,3 +195,69 @@ def test_a_stage_reads_only_the_columns_it_asks_for_as_arrow(setup, monkeypatch)
 
     path.write_bytes(b"PAR1 torn write")
     assert frames.table("03", narrow).num_rows == 0 and list(path.parent.glob("03.parquet.corrupt-*"))
+
+
+def test_a_shard_made_in_pieces_is_one_file_of_row_groups_that_appears_whole(setup):
+    """Consecutive frames of one shard are its pieces: one Parquet file, a row group each, written
+    as they come (each piece freed before the next is made) and renamed into place only once the
+    last is in, so a reader sees the old file or the whole new one, never part. Read back a piece
+    at a time (``LazyFrames.pieces``), or whole as before."""
+    manager, data = setup
+    manager.handle_output(_output("memory_chunks", "01"), _frame(CHUNKS_SCHEMA, "old", 2))
+    made: list[weakref.ref] = []
+    seen: list[tuple[int, bool]] = []  # (rows of the shard's file on disk while a piece is made, the piece before is gone)
+
+    def make(name: str, n: int) -> pl.DataFrame:
+        frame = _frame(CHUNKS_SCHEMA, name, n)
+        made.append(weakref.ref(frame))
+        return frame
+
+    def stage():
+        for shard, n in (("00", 3), ("01", 2), ("01", 4), ("01", 0), ("01", 1), ("02", 5)):
+            if shard == "01":
+                seen.append((pq.read_metadata(data.asset("memory_chunks", "01")).num_rows, not made or made[-1]() is None))
+            yield shard, make(f"{shard}x{len(made)}", n)  # the stage keeps no reference to what it yielded
+
+    context = dg.build_output_context(
+        asset_key="memory_chunks", asset_partition_key_range=dg.PartitionKeyRange("00", "02"), asset_partitions_def=shard_partitions
+    )
+    manager.handle_output(context, ShardFrames(stage()))
+    assert seen == [(2, True)] * 4  # the old file stood until the new one was whole
+    assert context.get_logged_metadata()["dagster/partition_row_count"].value == 15
+    path = data.asset("memory_chunks", "01")
+    assert pq.ParquetFile(path).num_row_groups == 3  # the empty piece is no row group
+    assert not list(path.parent.glob("*.tmp*"))
+    frames = manager.load_input(_input("memory_chunks", "00", "01", "02"))
+    narrow = pa.schema([CHUNKS_SCHEMA.field("chunk_id")])
+    pieces = [t.column("chunk_id").to_pylist() for t in frames.pieces("01", narrow)]
+    assert pieces == [[f"chunk_id-01x{k}-{i}" for i in range(n)] for k, n in ((1, 2), (2, 4), (4, 1))]
+    assert frames["01"].height == 7 and frames.row_groups("01") == 3
+    assert [t.num_rows for t in frames.pieces("00", narrow)] == [3] and frames.row_groups("00") == 1  # one piece: read whole
+    assert data.row_groups("memory_chunks", "05") is None and [t.num_rows for t in data.read_pieces("memory_chunks", "05", narrow)] == [0]  # none: empty
+    with pytest.raises(KeyError):
+        frames.pieces("05", narrow)  # not a shard of this run
+
+
+def test_a_failure_between_pieces_leaves_the_old_file_and_no_litter(setup):
+    manager, data = setup
+    manager.handle_output(_output("memory_chunks", "01"), _frame(CHUNKS_SCHEMA, "old", 2))
+
+    def stage():
+        yield "01", _frame(CHUNKS_SCHEMA, "new", 3)
+        raise RuntimeError("the stage failed between two pieces")
+
+    with pytest.raises(RuntimeError, match="between two pieces"):
+        manager.handle_output(_output("memory_chunks", "01"), ShardFrames(stage()))
+    path = data.asset("memory_chunks", "01")
+    assert pq.read_table(path).column("chunk_id").to_pylist() == ["chunk_id-old-0", "chunk_id-old-1"]
+    assert sorted(p.name for p in path.parent.iterdir()) == ["01.parquet"]
+
+
+def test_pieces_of_one_shard_must_come_together(setup):
+    manager, _ = setup
+    pairs = [("00", _frame(CHUNKS_SCHEMA, "a", 1)), ("01", _frame(CHUNKS_SCHEMA, "b", 1)), ("00", _frame(CHUNKS_SCHEMA, "c", 1))]
+    context = dg.build_output_context(
+        asset_key="memory_chunks", asset_partition_key_range=dg.PartitionKeyRange("00", "01"), asset_partitions_def=shard_partitions
+    )
+    with pytest.raises(dg.DagsterInvariantViolationError, match="pieces of shard 00 do not come one after another"):
+        manager.handle_output(context, ShardFrames(iter(pairs)))

@@ -17,6 +17,7 @@ import pytest
 
 from memory_pipeline import storage
 from memory_pipeline.changes import EmbeddingIdentity, fingerprint, manifest_fingerprints, shard_fingerprints
+from memory_pipeline.defs.io_managers import _by_shard
 from memory_pipeline.discovery import SHARD_KEYS, assess, walk_all
 from memory_pipeline.models import INDEXED_STATE_SCHEMA, MANIFEST_SCHEMA, SEGMENTS_SCHEMA, asset_schema, frame_of
 from memory_pipeline.providers.registry import ResolvedProvider
@@ -60,10 +61,11 @@ def memory(tmp_path: Path):
 
 
 def _store(settings, asset: str, stream) -> None:
-    """Write a stage's frames, one shard at a time (what the IO manager does)."""
+    """Write a stage's frames, one shard at a time, a shard's pieces (consecutive frames of it) as
+    the row groups of its one file (what the IO manager does)."""
     data = storage.of(settings)
-    for shard, frame in stream:
-        data.write_frame(frame, asset, shard, asset_schema(asset, frame))
+    for shard, frames in _by_shard(stream):
+        data.write_pieces((f.to_arrow().select(asset_schema(asset, f).names).cast(asset_schema(asset, f)) for f in frames), asset, shard)
 
 
 def _frames(settings, asset: str):
