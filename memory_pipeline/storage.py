@@ -244,11 +244,16 @@ class DataStore:
             parquet = pq.ParquetFile(source) if source is not None else None
         except (OSError, ValueError):
             parquet = None  # damaged: the whole read below sets it aside
+        columns = [n for n in schema.names if n in set(parquet.schema_arrow.names)] if parquet is not None else []
         if parquet is None or parquet.num_row_groups <= 1:
-            yield self.read(asset, shard, schema, suffix)
+            whole = None
+            if parquet is not None and self.remote:
+                try:
+                    whole = conform(parquet.read(columns=columns), schema)  # the object already fetched, not a second GET
+                except (OSError, ValueError):
+                    whole = None  # damaged: the read below sets it aside
+            yield whole if whole is not None else self.read(asset, shard, schema, suffix)
             return
-        present = set(parquet.schema_arrow.names)
-        columns = [n for n in schema.names if n in present]
         for i in range(parquet.num_row_groups):
             yield conform(parquet.read_row_group(i, columns=columns), schema)
 

@@ -286,6 +286,43 @@ def test_a_partition_replaced_while_it_is_read_is_read_whole(tmp_path: Path, mon
         monkeypatch.delenv("AWS_PROFILE")
 
 
+def test_a_partition_in_pieces_on_s3_is_one_object_that_appears_whole(tmp_path: Path, monkeypatch):
+    """A stage's pieces of a shard (``write_pieces``) on object storage: one object, a row group
+    each, PUT once whole (a failure between pieces leaves the old object); read back a piece at a
+    time from one GET, a one-piece object whole, a missing one empty."""
+    import pyarrow as pa
+
+    from memory_pipeline.models import CHUNKS_SCHEMA
+
+    narrow = pa.schema([CHUNKS_SCHEMA.field("chunk_id"), CHUNKS_SCHEMA.field("text")])
+
+    def piece(name: str, n: int) -> pa.Table:
+        return pa.Table.from_pylist([{"chunk_id": f"{name}-{i}", "text": f"text {name} {i}"} for i in range(n)], schema=narrow)
+
+    with s3_server("memory") as env:
+        data = _store_on(env, monkeypatch, tmp_path, "pieces")
+        data.write(piece("old", 2), "memory_chunks", "01")
+
+        def failing():
+            yield piece("new", 3)
+            raise RuntimeError("the stage failed between two pieces")
+
+        with pytest.raises(RuntimeError, match="between two pieces"):
+            data.write_pieces(failing(), "memory_chunks", "01")
+        assert data.read("memory_chunks", "01", narrow).column("chunk_id").to_pylist() == ["old-0", "old-1"]
+
+        location, rows = data.write_pieces(iter([piece("a", 3), piece("b", 0), piece("c", 2)]), "memory_chunks", "01")
+        assert location == "s3://memory/pieces/assets/memory_chunks/01.parquet" and rows == 5
+        got = [t.column("chunk_id").to_pylist() for t in data.read_pieces("memory_chunks", "01", narrow)]
+        assert got == [["a-0", "a-1", "a-2"], ["c-0", "c-1"]]
+        assert data.read("memory_chunks", "01", narrow).num_rows == 5
+        assert data.row_groups("memory_chunks", "01") is None  # not counted remotely: a reader that lines pieces up reads whole
+        data.write_pieces(iter([piece("one", 4)]), "memory_chunks", "02")
+        assert [t.num_rows for t in data.read_pieces("memory_chunks", "02", narrow)] == [4]
+        assert [t.num_rows for t in data.read_pieces("memory_chunks", "03", narrow)] == [0]
+        assert sorted(k.rsplit("/", 1)[-1] for k in _objects(env, "memory") if "/memory_chunks/" in k) == ["01.parquet", "02.parquet"]
+
+
 def test_any_bytes_in_a_partition_object_read_as_a_table_or_set_aside(tmp_path: Path, monkeypatch):
     """Hostile bytes where a partition object should be (arbitrary bytes, a valid file cut short or
     with a byte flipped): the read returns the table or an empty one, and an object that did not
