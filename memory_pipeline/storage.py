@@ -227,14 +227,17 @@ class DataStore:
         """One partition a piece at a time: its Parquet row groups in order, each in ``schema``
         (only its columns read). A stage that wrote the partition in pieces (:meth:`write_pieces`)
         reads it back in those pieces, so its memory holds one of them, not the shard. A file of
-        one row group (or none), a missing one and a damaged one read as :meth:`read` reads them:
-        as one table."""
+        one row group (or none), a missing one and one whose footer is damaged read as :meth:`read`
+        reads them: as one table. A file damaged inside a piece is set aside as that read does, and
+        an OSError raised: the pieces before it were read already, and half a shard is not an empty
+        one. On object storage the object is fetched whole (one GET, compressed), then decoded a
+        piece at a time."""
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
+        got = None
         if self.remote:
             # One GET, as every object read (a version whole); the row groups decoded one at a time.
-            import pyarrow as pa
-
             got = get_object(self._object(self._asset_key(asset, shard, suffix))[1])
             source: Any = pa.BufferReader(got[0]) if got is not None else None
         else:
@@ -242,7 +245,7 @@ class DataStore:
             source = path if path.is_file() else None
         try:
             parquet = pq.ParquetFile(source) if source is not None else None
-        except (OSError, ValueError):
+        except (pa.ArrowException, OSError, ValueError):
             parquet = None  # damaged: the whole read below sets it aside
         columns = [n for n in schema.names if n in set(parquet.schema_arrow.names)] if parquet is not None else []
         if parquet is None or parquet.num_row_groups <= 1:
@@ -250,12 +253,39 @@ class DataStore:
             if parquet is not None and self.remote:
                 try:
                     whole = conform(parquet.read(columns=columns), schema)  # the object already fetched, not a second GET
-                except (OSError, ValueError):
+                except (pa.ArrowException, OSError, ValueError):
                     whole = None  # damaged: the read below sets it aside
             yield whole if whole is not None else self.read(asset, shard, schema, suffix)
             return
         for i in range(parquet.num_row_groups):
-            yield conform(parquet.read_row_group(i, columns=columns), schema)
+            try:
+                piece = conform(parquet.read_row_group(i, columns=columns), schema)
+            except (pa.ArrowException, OSError, ValueError) as err:
+                # Damaged inside: set aside like a damaged file's whole read, but raised, since the
+                # pieces before it were read already (half a shard is not an empty one).
+                raise self._set_aside_damaged(asset, shard, suffix, got[1] if self.remote and got is not None else "", err) from err
+            yield piece
+            del piece
+
+    def _set_aside_damaged(self, asset: str, shard: str, suffix: str, etag: str, err: Exception) -> OSError:
+        """Move a partition damaged inside aside (the next run makes it again); the error to raise."""
+        kind = type(err).__name__
+        if self.remote:
+            path = self._object(self._asset_key(asset, shard, suffix))[1]
+            aside = f"{path}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}"
+            moved = bool(etag) and _set_aside(path, etag, aside)
+            where = f"s3://{path}"
+        else:
+            target = self.asset(asset, shard, suffix)
+            aside = str(target.with_name(f"{target.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}"))
+            try:
+                os.replace(target, aside)
+                moved = True
+            except OSError:
+                moved = False
+            where = str(target)
+        log.warning("%s is damaged (%s)%s", where, kind, f"; moved aside to {aside.rsplit('/', 1)[-1]}" if moved else "")
+        return OSError(f"{where} is damaged ({kind}: {err}); {'moved aside: the next run makes it again' if moved else 'remove it and run again'}")
 
     def row_groups(self, asset: str, shard: str, suffix: str = "") -> int | None:
         """How many pieces (row groups) a local partition file has; None for a missing, damaged or
@@ -293,7 +323,9 @@ class DataStore:
                 if writer is None:
                     writer = pq.ParquetWriter(sink, table.schema, **parquet_options(table.schema))
                 if table.num_rows:
-                    writer.write_table(table)  # a piece, one row group (an empty partition has none)
+                    # A piece, one row group however many rows (the readers' pieces are whole files);
+                    # an empty partition has none.
+                    writer.write_table(table, row_group_size=table.num_rows)
                 rows += table.num_rows
                 del table
             if writer is None:

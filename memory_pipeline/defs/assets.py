@@ -218,6 +218,7 @@ def _frames(
                     current, rows = shard, 0
                 rows += frame.height
                 yield shard, frame
+                del frame  # not held while the stage makes the next
             if current is not None:
                 own(current, rows)
 

@@ -43,6 +43,7 @@ def measured(stream: Iterable[tuple[str, T]], counts: Any, into: dict[str, dict[
             got[k] = got.get(k, 0) + v - before.get(k, 0)
         before = now
         yield shard, frame
+        del frame  # not held while the stage makes the next
 
 
 def delta(before: dict[str, int], counts: Any) -> dict[str, int]:

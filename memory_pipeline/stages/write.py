@@ -13,7 +13,7 @@ import functools
 import itertools
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Container, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -263,7 +263,7 @@ def _row_parts(
     """A shard's table rows in slices of whole files, read a piece at a time (``storage.PIECE_ROWS``
     chunks; the whole shard when it was written as one), each piece with its vectors, the files in
     ``waiting`` left out. ``docs_of(piece, last)``: the files whose rows a piece's commits replace."""
-    for piece, piece_vectors, last in vectors.pieces(waiting):
+    for (piece, piece_vectors), last in vectors.pieces(waiting):
         for docs, part in doc_slices(piece, docs_of(piece, last)):
             yield docs, table_rows(part, settings, ident, now, piece_vectors)
 
@@ -283,14 +283,15 @@ class _Remaining:
 
 
 class _ShardPieces:
-    """A shard's chunks with their vectors, a piece at a time (``storage.PIECE_ROWS`` chunks).
+    """A shard's chunks with their vectors, a piece at a time (``storage.PIECE_ROWS`` chunks), the
+    pieces taken together up to ``SLICE_ROWS`` rows (a commit's worth, as before pieces).
 
     When the embed stage wrote the shard's vectors in the chunks' pieces (one row group for each,
     in order: it does whenever each piece got vectors), a piece's vectors are read with it, so the
     stage holds a piece's, not a shard's (at a million chunks a shard's are 96 MB). Otherwise (a
-    shard written whole, vectors still in a batch job, files on object storage) the shard's vectors
-    are read once for all its pieces (:class:`ShardVectors`), and so is a piece's the first time one
-    lacks a vector it should have.
+    shard written whole, vectors still in a batch job for a whole piece, files on object storage)
+    the shard's vectors are read once for all its pieces (:class:`ShardVectors`), and so they are
+    the first time a piece lacks a vector it should have.
     """
 
     def __init__(self, chunks: Mapping[str, pl.DataFrame], embeddings: Mapping[str, pl.DataFrame], shard: str, ident: EmbeddingIdentity, rows: int) -> None:
@@ -302,11 +303,15 @@ class _ShardPieces:
 
     def waiting(self, keys: pa.Table) -> set[str]:
         """Files of the shard with a chunk that has no vector yet (a ``wait: false`` batch still
-        running), from the chunks' keys and the vectors' content hashes (no vector read)."""
+        running): from the vectors' content hashes alone when the pieces line up, else from the
+        shard's vectors, which the pieces will read anyway (one read, one version of the file)."""
         if not self.has_vectors:
             return set()
-        schema = pa.schema([embeddings_schema(self.ident.dims).field("content_hash")])
-        have = set(_arrow(self.embeddings, self.shard, schema).column("content_hash").to_pylist())
+        if self.aligned:
+            schema = pa.schema([embeddings_schema(self.ident.dims).field("content_hash")])
+            have: Container[str] = set(_arrow(self.embeddings, self.shard, schema).column("content_hash").to_pylist())
+        else:
+            have = self.whole().row_of
         return {d for d, h in zip(keys.column("doc_id").to_pylist(), keys.column("content_hash").to_pylist()) if h not in have}
 
     def whole(self) -> ShardVectors:
@@ -314,26 +319,43 @@ class _ShardPieces:
             self._whole = ShardVectors.read(self.embeddings, self.shard, self.ident)
         return self._whole
 
-    def pieces(self, waiting: set[str]) -> Iterator[tuple[pa.Table, ShardVectors | None, bool]]:
-        """``(chunks, their vectors, last)`` per piece, the files in ``waiting`` left out. Always one
-        at least (empty for a shard without chunks)."""
+    def pieces(self, waiting: set[str]) -> Iterator[tuple[tuple[pa.Table, ShardVectors | None], bool]]:
+        """``(chunks, their vectors, last)`` per group of pieces, the files in ``waiting`` left out.
+        Always one at least (empty for a shard without chunks). A file whose chunks run on into the
+        next piece (a file written before pieces, in row groups cut by row count) takes that piece
+        into its group: a file's rows are never split between two groups."""
         chunk_pieces = storage.pieces(self.chunks, self.shard, ROW_SOURCE_SCHEMA)
         vector_pieces = storage.pieces(self.embeddings, self.shard, embeddings_schema(self.ident.dims)) if self.aligned else None
-        leave_out = pa.array(sorted(waiting), type=pa.string())
+        group: list[pa.Table] = []
+        group_vectors: list[pa.Table | None] = []
+        size = 0
         piece: pa.Table | None = next(chunk_pieces)
-        for after in itertools.chain(chunk_pieces, [None]):  # one piece read ahead: which is the last
+        for after in itertools.chain(chunk_pieces, [None]):  # one piece read ahead: which is the last, and where files end
             assert piece is not None
-            rows: pa.Table = piece
-            vectors = None
-            if self.has_vectors:
-                vectors = ShardVectors.of_table(next(vector_pieces), self.ident.dims) if vector_pieces is not None else self.whole()
-            if waiting:
-                # pyarrow.compute's functions are generated at import time: its stubs do not list them
-                rows = rows.filter(pc.invert(pc.is_in(rows.column("doc_id"), leave_out)))  # pyright: ignore[reportAttributeAccessIssue]
-            if vectors is not None and vectors is not self._whole and not all(h in vectors.row_of for h in rows.column("content_hash").to_pylist()):
-                vectors = self.whole()  # pieces that do not line up after all: the shard's vectors
-            yield rows, vectors, after is None
+            group.append(piece)
+            size += piece.num_rows
+            if vector_pieces is not None:
+                group_vectors.append(next(vector_pieces, None))
+            runs_on = after is not None and piece.num_rows > 0 and after.num_rows > 0 and after.column("doc_id")[0] == piece.column("doc_id")[-1]
+            if after is None or (size >= SLICE_ROWS and not runs_on):
+                yield self._group(group, group_vectors, waiting), after is None
+                group, group_vectors, size = [], [], 0
             piece = after
+
+    def _group(self, pieces: list[pa.Table], vector_pieces: list[pa.Table | None], waiting: set[str]) -> tuple[pa.Table, ShardVectors | None]:
+        rows = pieces[0] if len(pieces) == 1 else pa.concat_tables(pieces)
+        if waiting:
+            # pyarrow.compute's functions are generated at import time: its stubs do not list them
+            rows = rows.filter(pc.invert(pc.is_in(rows.column("doc_id"), pa.array(sorted(waiting), type=pa.string()))))  # pyright: ignore[reportAttributeAccessIssue]
+        if not self.has_vectors:
+            return rows, None
+        found = [v for v in vector_pieces if v is not None]
+        if not found or len(found) < len(vector_pieces):
+            return rows, self.whole()  # no vectors piece for each chunks piece: the shard's vectors
+        vectors = ShardVectors.of_table(found[0] if len(found) == 1 else pa.concat_tables(found), self.ident.dims)
+        if not all(h in vectors.row_of for h in rows.column("content_hash").to_pylist()):
+            vectors = self.whole()  # pieces that do not line up after all: the shard's vectors
+        return rows, vectors
 
 
 def _row_groups(frames: Mapping[str, pl.DataFrame], shard: str) -> int | None:

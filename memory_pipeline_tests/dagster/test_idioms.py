@@ -63,6 +63,22 @@ def built(tmp_path_factory):
         yield config, result
 
 
+@pytest.fixture(scope="module")
+def built_in_pieces(tmp_path_factory):
+    """The same, each shard made in pieces of one file each (``storage.PIECE_ROWS`` 1): a file of row groups."""
+    from memory_pipeline import storage
+
+    root = tmp_path_factory.mktemp("idioms-pieces")
+    mem = root / "mem"
+    shutil.copytree(SAMPLE, mem, ignore=TEXT_ONLY)
+    config = write_config(root / "memory_pipeline.yaml")
+    with pytest.MonkeyPatch.context() as patch, memory_instance() as instance:
+        patch.setattr(storage, "PIECE_ROWS", 1)
+        result = materialize(config, instance, tags=dict(FULL_RANGE_TAGS))
+        assert result.success
+        yield config, result
+
+
 def _specs() -> dict[str, dg.AssetSpec]:
     return {spec.key.to_user_string(): spec for spec in defs.resolve_all_asset_specs()}
 
@@ -155,16 +171,18 @@ def test_every_materialization_reports_row_count_and_column_schema(built):
         assert keys <= set(meta[name]), (name, keys - set(meta[name]))
 
 
-def test_each_partition_reports_its_own_numbers(built):
+@pytest.mark.parametrize("made", ["built", "built_in_pieces"])
+def test_each_partition_reports_its_own_numbers(made, request):
     """A run over all 16 shards: every partition's materialization carries that shard's numbers,
-    checked against the shard's own files, Parquet and table rows (not the run's totals on each)."""
+    checked against the shard's own files, Parquet and table rows (not the run's totals on each);
+    also when the stages make each shard in pieces (a partition's numbers add up its pieces')."""
     import collections
 
     import pyarrow.parquet as pq
 
     from memory_pipeline.discovery import SHARD_KEYS, shard_of
 
-    config, result = built
+    config, result = request.getfixturevalue(made)
     settings = load_settings(config)
     mem = config.parent / "mem"
     files = collections.Counter(shard_of("mem", p.relative_to(mem).as_posix()) for p in mem.rglob("*") if p.is_file())
@@ -180,6 +198,8 @@ def test_each_partition_reports_its_own_numbers(built):
         assert set(meta[name]) == set(SHARD_KEYS), name
     empty = [s for s in SHARD_KEYS if not files[s]]
     assert empty and len(empty) < len(SHARD_KEYS)  # the sample leaves some shards empty: they must say 0
+    pieces = max(pq.ParquetFile(assets / "memory_chunks" / f"{s}.parquet").num_row_groups for s in SHARD_KEYS if files[s])
+    assert (pieces >= 2) if made == "built_in_pieces" else (pieces == 1), pieces  # a shard of several files: several pieces
     for shard in SHARD_KEYS:
         src, chunks, emb, vec = (meta[n][shard] for n in ("source_files", "memory_chunks", "chunk_embeddings", "memory_vectors"))
         assert src["files_seen"] == src["dagster/partition_row_count"] == files[shard], shard

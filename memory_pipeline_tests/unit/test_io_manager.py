@@ -261,3 +261,35 @@ def test_pieces_of_one_shard_must_come_together(setup):
     )
     with pytest.raises(dg.DagsterInvariantViolationError, match="pieces of shard 00 do not come one after another"):
         manager.handle_output(context, ShardFrames(iter(pairs)))
+
+
+def test_a_file_damaged_inside_a_piece_is_set_aside_and_raised(setup):
+    """Damage past the first piece: the pieces before it were read, so it is not read as an empty
+    shard; it is moved aside (the next run makes it again) and the read fails with a clear error."""
+    manager, data = setup
+    data.write_pieces(iter([_frame(CHUNKS_SCHEMA, f"p{k}", 300).to_arrow() for k in range(3)]), "memory_chunks", "04")
+    path = data.asset("memory_chunks", "04")
+    second = pq.read_metadata(path).row_group(1)
+    columns = [second.column(i) for i in range(second.num_columns)]
+    low = min(c.dictionary_page_offset or c.data_page_offset for c in columns)
+    high = max(c.data_page_offset + c.total_compressed_size for c in columns)
+    raw = bytearray(path.read_bytes())
+    raw[low:high] = b"\xff" * (high - low)  # the second piece's bytes, the footer intact
+    path.write_bytes(bytes(raw))
+    reader = data.read_pieces("memory_chunks", "04", CHUNKS_SCHEMA)
+    with pytest.raises(OSError, match="is damaged"):
+        for _ in reader:
+            pass
+    assert not path.exists() and list(path.parent.glob("04.parquet.corrupt-*"))
+    assert [t.num_rows for t in data.read_pieces("memory_chunks", "04", CHUNKS_SCHEMA)] == [0]  # gone: the next run makes it again
+
+
+def test_a_piece_of_more_rows_than_parquets_row_group_default_stays_one_piece(setup, monkeypatch):
+    """A piece is one row group however long (pyarrow would cut a table of over 1,048,576 rows, and
+    the readers' pieces must hold whole files)."""
+    manager, data = setup
+    calls: list = []
+    real = pq.ParquetWriter.write_table
+    monkeypatch.setattr(pq.ParquetWriter, "write_table", lambda self, table, *a, **k: calls.append(k.get("row_group_size")) or real(self, table, *a, **k))
+    data.write_pieces(iter([_frame(CHUNKS_SCHEMA, "a", 7).to_arrow(), _frame(CHUNKS_SCHEMA, "b", 3).to_arrow()]), "memory_chunks", "05")
+    assert calls == [7, 3] and pq.ParquetFile(data.asset("memory_chunks", "05")).num_row_groups == 2

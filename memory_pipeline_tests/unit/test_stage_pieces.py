@@ -63,7 +63,9 @@ def two(tmp_path: Path):
 
 
 def _in_pieces(monkeypatch, rows: int = 5) -> None:
+    """Pieces of ``rows`` rows, and the write stage's commits of about two pieces (``SLICE_ROWS``)."""
     monkeypatch.setattr(storage, "PIECE_ROWS", rows)
+    monkeypatch.setattr(write_stage, "SLICE_ROWS", 2 * rows)
 
 
 def _table(settings) -> list[tuple]:
@@ -129,7 +131,7 @@ def test_a_folder_indexed_in_pieces_equals_the_folder_indexed_whole(two, monkeyp
         for i in range(90, 96):
             (mem / f"note-{i:03d}.md").write_text(_note(i))
     again_whole = _run(whole, embedder, ident)
-    monkeypatch.setattr(storage, "PIECE_ROWS", 5)
+    _in_pieces(monkeypatch)
     again_pieced = _run(pieced, embedder, ident)
     assert again_pieced.write.files_deleted == 8 and again_pieced.write.rows_deleted > 0
     assert _numbers(again_pieced) == _numbers(again_whole)
@@ -158,6 +160,32 @@ def test_vectors_that_do_not_line_up_with_the_chunks_are_read_whole(two, monkeyp
     inputs = {"manifests": _frames(pieced, "source_files"), "chunks": _frames(pieced, "memory_chunks"), "embeddings": _frames(pieced, "chunk_embeddings")}
     write_stage.write_vectors(pieced, ident, **inputs, force=True)
     assert sorted(reads) == sorted(s for s, n in _row_groups(pieced, "memory_chunks").items() if n > 1)  # a shard of one piece lines up
+    assert _table(pieced) == _table(whole)
+
+
+def test_pieces_that_cut_a_file_are_taken_together_by_the_write(two, monkeypatch):
+    """A chunks file in row groups cut by row count (written before pieces, or by another tool):
+    a file whose chunks run on into the next row group is written with them in one group, never
+    split between two commits (the second would replace the first's rows)."""
+    whole, pieced, embedder, ident = two
+    _run(whole, embedder, ident)
+    _in_pieces(monkeypatch)
+    _run(pieced, embedder, ident)
+    data = storage.of(pieced)
+    cut = 0
+    for s in SHARDS:
+        path = data.asset("memory_chunks", s)
+        table = pq.read_table(path)
+        pq.write_table(table, path, row_group_size=3)
+        docs = table.column("doc_id").to_pylist()
+        cut += sum(1 for i in range(3, len(docs), 3) if docs[i] == docs[i - 1])
+    assert cut >= 10  # files cut between row groups
+    reads = _spy_whole_reads(monkeypatch)
+    inputs = {"manifests": _frames(pieced, "source_files"), "chunks": _frames(pieced, "memory_chunks"), "embeddings": _frames(pieced, "chunk_embeddings")}
+    write_stage.write_vectors(pieced, ident, **inputs, force=True)
+    assert reads  # the vectors' pieces no longer line up: read whole
+    assert _table(pieced) == _table(whole)
+    write_stage.write_vectors(pieced, ident, **inputs)  # per file, too
     assert _table(pieced) == _table(whole)
 
 
