@@ -412,3 +412,44 @@ def test_a_run_that_folded_segments_folds_its_rest_into_the_vector_index(tmp_pat
     got = store.ensure_ann(ann, fold_rest=True)
     stats = store.open().index_stats(store.vector_index().name)
     assert got["ann"] == "folded" and stats.num_unindexed_rows == 0 and stats.num_indices == 2, got
+
+
+def test_a_runs_first_segment_is_one_partition_and_its_folds_add_deltas_beside_it(tmp_path: Path, monkeypatch):
+    """The write stage's first build (``fold_segment``) makes partitions of at least
+    ``HNSW_PARTITION_ROWS`` rows: its first segment, a few rows past ``SEGMENT_ROWS``, is one
+    partition, and each later segment is folded in as a delta beside it. LanceDB merges the first
+    fold into an index of two partitions instead (shown here too), in memory that grows with the
+    index: the merge and the fold after it were the million-row run's peak."""
+    from memory_pipeline.stores import lance
+
+    monkeypatch.setattr(lance, "HNSW_PARTITION_ROWS", 3000)
+    dims = 16
+    rng = np.random.default_rng(5)
+
+    def unit(n: int) -> np.ndarray:
+        vecs = rng.normal(size=(n, dims)).astype(np.float32)
+        return vecs / np.linalg.norm(vecs, axis=1, keepdims=True)
+
+    def add(store: VectorStore, n: int, tag: str) -> None:
+        more = _store_of(tmp_path / f"more-{tag}", unit(n)).open().to_arrow()
+        store.open().add(more.set_column(more.schema.get_field_index("chunk_id"), "chunk_id", pa.array([f"{tag}{i}" for i in range(n)])))
+
+    ann = AnnConfig(min_rows=1000, index_type="IVF_HNSW_SQ", nprobes=20)
+    segmented = _store_of(tmp_path / "segmented", unit(3100))
+    first = segmented.fold_segment(ann)
+    assert first["ann"] == "built" and first["ann_partitions"] == 1, first
+    for k in range(2):
+        add(segmented, 3000, f"s{k}")
+        assert segmented.fold_segment(ann) == {"ann": "folded"}
+    stats = segmented.open().index_stats(segmented.vector_index().name)
+    assert stats.num_indices == 3 and stats.num_unindexed_rows == 0 and stats.num_indexed_rows == 9100
+    assert (segmented.ann_recall(ann, queries=30) or 0) >= 0.9
+    # Built whole (a forced run, maintenance): partitions by the ceiling, none over HNSW_PARTITION_ROWS.
+    assert segmented.ensure_ann(ann, rebuild=True)["ann_partitions"] == 4
+
+    # What one partition avoids: the same first segment in two partitions, and LanceDB's fold.
+    two = _store_of(tmp_path / "two", unit(3100))
+    assert two.ensure_ann(ann)["ann_partitions"] == 2
+    add(two, 3000, "t")
+    assert two.fold_segment(ann) == {"ann": "folded"}
+    assert two.open().index_stats(two.vector_index().name).num_indices == 1  # merged into the first index
