@@ -421,11 +421,6 @@ class DataStore:
         assert isinstance(frame, pl.DataFrame)  # a Table gives a DataFrame (a bare array would give a Series)
         return frame
 
-    def write_frame(self, frame: pl.DataFrame, asset: str, shard: str, schema: pa.Schema, suffix: str = "") -> str:
-        """Write one partition from a polars DataFrame, in ``schema`` (polars' own string and list
-        types cast back), atomically."""
-        return self.write(frame.to_arrow().select(schema.names).cast(schema), asset, shard, suffix)
-
     def frames(self, asset: str, shards: Sequence[str], schema: pa.Schema | None, suffix: str = "") -> LazyFrames:
         """shard -> DataFrame over ``shards``, each partition read when it is looked up (never kept)."""
         return LazyFrames(self, asset, tuple(shards), schema, suffix)
