@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import lancedb
+import pyarrow as pa
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -344,3 +345,15 @@ def asset_metadata(result, asset: str) -> dict:
         for key in per_partition_keys(asset) & set(meta):
             meta[key] = sum(p[key] for p in parts)
     return meta
+
+
+def empty_column(dtype: pa.DataType, n: int) -> list:
+    """``n`` empty values of ``dtype`` for a test row's columns that do not matter: "" for strings,
+    0 for integers, 0.0 for floats, null for anything else."""
+    if pa.types.is_string(dtype) or pa.types.is_large_string(dtype):
+        return [""] * n
+    if pa.types.is_integer(dtype):
+        return [0] * n
+    if pa.types.is_floating(dtype):
+        return [0.0] * n
+    return [None] * n

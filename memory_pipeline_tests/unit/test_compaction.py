@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 
 from memory_pipeline.stores.lance import COMPACT_AT, DATA_STORAGE_VERSION, VectorStore, _fragment_count
+from memory_pipeline_tests.helpers import empty_column
 
 DIMS = 8
 META = {"provider": "local", "model": "m", "dims": DIMS, "provider_key": "k"}
@@ -32,12 +33,8 @@ def _rows(schema: pa.Schema, doc: str, n: int, rng: np.random.Generator) -> pa.T
             data[f.name] = [
                 f"{doc} word{i} zebra" if f.name in ("text", "search_text") else ("" if f.name == "doc_search_text" and i else doc) for i in range(n)
             ]
-        elif pa.types.is_integer(f.type):
-            data[f.name] = [0] * n
-        elif pa.types.is_floating(f.type):
-            data[f.name] = [0.0] * n
         else:
-            data[f.name] = [None] * n
+            data[f.name] = empty_column(f.type, n)
     return pa.table(data, schema=schema)
 
 

@@ -21,6 +21,7 @@ import pytest
 from memory_pipeline.search.fulltext import fts_rows
 from memory_pipeline.stores import lance as lance_store
 from memory_pipeline.stores.lance import FTS_COLUMN, VectorStore, fts_build_mib
+from memory_pipeline_tests.helpers import empty_column
 
 DIMS = 8
 META = {"provider": "local", "model": "m", "dims": DIMS, "provider_key": "k"}
@@ -48,14 +49,8 @@ def _rows(schema: pa.Schema, n: int, seed: int) -> pa.Table:
             data[f.name] = texts
         elif f.name == "chunk_index":
             data[f.name] = [i % 10 for i in range(n)]
-        elif pa.types.is_string(f.type) or pa.types.is_large_string(f.type):
-            data[f.name] = ["" for _ in range(n)]
-        elif pa.types.is_integer(f.type):
-            data[f.name] = [0] * n
-        elif pa.types.is_floating(f.type):
-            data[f.name] = [0.0] * n
         else:
-            data[f.name] = [None] * n
+            data[f.name] = empty_column(f.type, n)
     return pa.table(data, schema=schema)
 
 
