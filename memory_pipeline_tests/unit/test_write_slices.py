@@ -85,3 +85,20 @@ def test_a_sliced_write_holds_the_same_table_and_builds_no_more_than_a_slice_at_
     assert {r["path"] for r in rows} == {r["path"] for r in whole} - {"notes/n1.md"}
     n0 = [r["text"] for r in rows if r["path"] == "notes/n0.md"]
     assert len(n0) == 1 and "pond" in n0[0] and not any("Part 0 of note 0" in t for t in n0)
+
+
+def test_each_row_names_its_file_on_disk(memory):  # noqa: F811
+    """``original_file_path`` is the source's root joined with the file's path, nested folders
+    included, as pathlib would join them (the stage joins strings, see ``table_rows``)."""
+    mem, settings, embedder, ident = memory
+    nested = mem / "notes" / "2026" / "12" / "day one.md"
+    nested.parent.mkdir(parents=True)
+    nested.write_text("# Day one\n\nA walk by the river.\n")
+    (mem / "notes" / "top.md").write_text("# Top\n\nA note at the top.\n")
+    _run(settings, embedder, ident)
+    roots = {s.name: s.path for s in settings.sources}
+    rows = table_rows(settings.data_dir, columns=("source", "path", "original_file_path"))
+    assert {r["path"] for r in rows} >= {"notes/2026/12/day one.md", "notes/top.md"}
+    for r in rows:
+        assert r["original_file_path"] == str(roots[r["source"]] / r["path"])
+    assert str(nested) in {r["original_file_path"] for r in rows}
