@@ -5,13 +5,16 @@ memory grew with the table (+281 MB for the chunk index of a million generated c
 product builds with ``FTS_BUILD_MIB`` (``LANCE_FTS_PARTITION_SIZE`` wins) in one worker: past the
 budget the postings go out as further partitions. These tests build the same rows with a budget
 small enough to split them and with the default, and check that the split changes nothing a
-search sees: the same rows, in the same order, with the same BM25 scores, for words, phrases and
-prefix-free AND queries (Lance scores across partitions with the whole index's statistics).
+search sees: the same rows with the same BM25 scores, for words, phrases and
+AND queries (Lance scores across partitions with the whole index's statistics).
 """
 
 from __future__ import annotations
 
+import os
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +24,7 @@ import pytest
 from memory_pipeline.search.fulltext import fts_rows
 from memory_pipeline.stores import lance as lance_store
 from memory_pipeline.stores.lance import FTS_COLUMN, VectorStore, fts_build_mib
-from memory_pipeline_tests.helpers import empty_column
+from memory_pipeline_tests.helpers import REPO, empty_column
 
 DIMS = 8
 META = {"provider": "local", "model": "m", "dims": DIMS, "provider_key": "k"}
@@ -68,6 +71,16 @@ def _partitions(store: VectorStore) -> int:
     idx = next(i for i in table.list_indices() if i.name == f"{FTS_COLUMN}_idx")
     folder = Path(store.uri) / f"{store.table_name}.lance" / "_indices" / str(idx.index_uuid)
     return len(list(folder.glob("part_*_docs.lance")))
+
+
+def test_importing_the_store_sets_lances_own_default_unless_the_environment_has_one():
+    """Lance reads LANCE_FTS_PARTITION_SIZE once, for its folds of new rows too: set on import."""
+    code = "import os, memory_pipeline.stores.lance; print(os.environ['LANCE_FTS_PARTITION_SIZE'])"
+    env = {k: v for k, v in os.environ.items() if k != "LANCE_FTS_PARTITION_SIZE"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
+    assert out == lance_store.FTS_BUILD_MIB == "32"
+    out = subprocess.run([sys.executable, "-c", code], env={**env, "LANCE_FTS_PARTITION_SIZE": "1024"}, cwd=REPO, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "1024"
 
 
 def test_the_budget_comes_from_the_environment_or_the_default(monkeypatch):

@@ -6,16 +6,10 @@ appended, so the format is fed arbitrary text here: tabs, newlines, line separat
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 from hypothesis import given
 from hypothesis import strategies as st
 
 from memory_pipeline.storage import segment_entries, segment_text
-from memory_pipeline.stores.lance import FTS_BUILD_MIB
-from memory_pipeline_tests.helpers import REPO
 
 names = st.text(alphabet="0123456789abcdef-.json", min_size=1, max_size=40)
 
@@ -30,12 +24,3 @@ def test_a_segment_cut_short_loses_only_its_last_row(entries, cut):
     text = segment_text(entries)
     got = segment_entries(text[: cut % (len(text) + 1)])
     assert got == entries[: len(got)]  # a prefix: never a changed or invented line
-
-
-def test_the_fts_build_buffer_is_bounded_unless_the_environment_says_otherwise():
-    code = "import os, memory_pipeline.stores.lance; print(os.environ['LANCE_FTS_PARTITION_SIZE'])"
-    env = {k: v for k, v in os.environ.items() if k != "LANCE_FTS_PARTITION_SIZE"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
-    assert out == FTS_BUILD_MIB == "32"
-    out = subprocess.run([sys.executable, "-c", code], env={**env, "LANCE_FTS_PARTITION_SIZE": "1024"}, cwd=REPO, capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "1024"
