@@ -185,9 +185,9 @@ def fold(settings: Settings) -> dict:
     ANN_REBUILD_ROWS rows). Run by the worker, or in-process by a service without one."""
     from memory_pipeline import storage
     from memory_pipeline.stores import generations
-    from memory_pipeline.stores.lance import ANN_MAX_DELTAS, ANN_REBUILD_ROWS, VectorStore
+    from memory_pipeline.stores.lance import ANN_MAX_DELTAS, ANN_REBUILD_ROWS, WRITE_CACHE_MIB, VectorStore
 
-    store = VectorStore(storage.of(settings).lancedb_uri, generations.current(settings)[0])
+    store = VectorStore(storage.of(settings).lancedb_uri, generations.current(settings)[0], cache_mib=WRITE_CACHE_MIB)
     done = store.fold_new_rows()
     if done.get("fold") == "optimized" and store.count_rows() <= ANN_REBUILD_ROWS:
         # Each fold adds a delta vector index that queries search too: one again past ANN_MAX_DELTAS.

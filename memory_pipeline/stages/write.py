@@ -41,7 +41,17 @@ from memory_pipeline.settings import Settings
 from memory_pipeline.stages import shards
 from memory_pipeline.stages.hooks import NO_HOOKS, StageHooks
 from memory_pipeline.stores import generations
-from memory_pipeline.stores.lance import DOC_FTS_COLUMN, FTS_COLUMN, SEGMENT_ROWS, VectorStore, WriteCounts, document_texts, file_name_words, table_schema
+from memory_pipeline.stores.lance import (
+    DOC_FTS_COLUMN,
+    FTS_COLUMN,
+    SEGMENT_ROWS,
+    WRITE_CACHE_MIB,
+    VectorStore,
+    WriteCounts,
+    document_texts,
+    file_name_words,
+    table_schema,
+)
 
 if TYPE_CHECKING:
     import polars as pl
@@ -112,7 +122,11 @@ class _Segments:
         self.ann = ""
 
     def wrote(self, counts: WriteCounts) -> None:
+        """Count a commit's rows; the fold waits for :meth:`fold_if_due`, called where the stage holds
+        no rows of its own (between two groups of a shard's pieces)."""
         self.pending += counts.inserted + counts.updated
+
+    def fold_if_due(self) -> None:
         if self.pending < SEGMENT_ROWS:
             return
         self.pending = 0
@@ -159,7 +173,7 @@ def write_vectors(
     # A changed model/provider/dims writes a new generation; searches keep the current one meanwhile.
     table_name, building = generations.write_target(settings, ident.meta())
     stats.table, stats.generation = table_name, "building" if building else "current"
-    store = VectorStore(data.lancedb_uri, table_name)
+    store = VectorStore(data.lancedb_uri, table_name, cache_mib=WRITE_CACHE_MIB)
     store.ensure(ident.dims, ident.meta(), recreate=recreate)
     fp = fingerprint(settings, ident)
     now = datetime.now(UTC)
@@ -167,10 +181,15 @@ def write_vectors(
     segments = _Segments(store, settings)
     for done, shard in enumerate(chunks, start=1):
         before = shards.additive(stats)
-        manifest = {r["doc_id"]: r for r in manifests[shard].iter_rows(named=True)}
+        # Of each file, only what the shard's record needs (its content hash), not a dict of every
+        # column: those are held through the shard's commits and folds.
+        hashes = _arrow(manifests, shard, _HASH_SCHEMA)
+        sha256_of = dict(zip(hashes.column("doc_id").to_pylist(), hashes.column("sha256").to_pylist()))
+        del hashes
         # The side records are read where they are (the stages before amended them in place).
-        ext_status = data.read("extracted_content", shard, EXTRACTION_STATUS_SCHEMA, ".status").to_pylist()
-        replaced = [r["doc_id"] for r in ext_status if r["status"] == "ok"]
+        ext_status = data.read("extracted_content", shard, EXTRACTION_STATUS_SCHEMA, ".status")
+        replaced = [d for d, s in zip(ext_status.column("doc_id").to_pylist(), ext_status.column("status").to_pylist()) if s == "ok"]
+        del ext_status
         deleted = data.read("source_files", shard, DELETIONS_SCHEMA, ".deletions").column("doc_id").to_pylist()
         # Which files wait for vectors, from the two files' keys alone (no vector and no text read).
         keys = _arrow(chunks, shard, _KEYS_SCHEMA)
@@ -189,17 +208,23 @@ def write_vectors(
         # once: a shard holds a sixteenth of the folder, and at 1M chunks one shard's rows built
         # at once took the run's resident size from ~900 MB to ~1,580 MB at each shard's write.
         whole = force and not waiting
-        row_parts = functools.partial(_row_parts, vectors, waiting, settings, ident, now)
         if whole:
+            row_parts = functools.partial(_row_parts, vectors, waiting, settings, ident, now)
             counts = store.replace_shard((part for _, part in row_parts(lambda piece, _last: piece.column("doc_id").to_pylist())), shard)
             segments.wrote(counts)
+            del row_parts
+            segments.fold_if_due()
         else:
             counts = WriteCounts()
-            for docs, part in row_parts(_Remaining(set(replaced) | set(deleted))):
+            # A fold is due at most once a group of pieces, and runs between two groups, when the
+            # stage holds none of their rows (a group's rows and their table rows are each ~16k
+            # rows with their vectors).
+            for docs, part in _row_parts(vectors, waiting, settings, ident, now, _Remaining(set(replaced) | set(deleted)), between=segments.fold_if_due):
                 done_part = store.replace_docs(part, docs)
+                del part
                 counts.add(done_part)
                 segments.wrote(done_part)
-        del vectors, row_parts
+        del vectors
         hooks.at("write_after_first_commit")
         stats.files_replaced += len(replaced)
         stats.files_deleted += len(deleted)
@@ -213,7 +238,7 @@ def write_vectors(
         for d in deleted:
             state.pop(d, None)
         for d in replaced:
-            state[d] = {"doc_id": d, "sha256": manifest[d]["sha256"], "fingerprint": fp, "chunks": per_doc.get(d, 0)}
+            state[d] = {"doc_id": d, "sha256": sha256_of[d], "fingerprint": fp, "chunks": per_doc.get(d, 0)}
         data.write_rows(sorted(state.values(), key=lambda r: r["doc_id"]), INDEXED_STATE_SCHEMA, "memory_vectors", shard, ".state")
         per_shard[shard] = {k: v for k, v in shards.delta(before, stats).items() if k not in ("table_rows", "ann_folds")}  # run-level numbers
         progress.report("write", done, len(chunks), "partitions")
@@ -259,14 +284,25 @@ def reset_index_state(settings: Settings) -> None:
 
 
 def _row_parts(
-    vectors: _ShardPieces, waiting: set[str], settings: Settings, ident: EmbeddingIdentity, now: datetime, docs_of: Callable[[pa.Table, bool], Sequence[str]]
+    vectors: _ShardPieces,
+    waiting: set[str],
+    settings: Settings,
+    ident: EmbeddingIdentity,
+    now: datetime,
+    docs_of: Callable[[pa.Table, bool], Sequence[str]],
+    between: Callable[[], None] = lambda: None,
 ) -> Iterator[tuple[list[str], pa.Table]]:
     """A shard's table rows in slices of whole files, read a piece at a time (``storage.PIECE_ROWS``
     chunks; the whole shard when it was written as one), each piece with its vectors, the files in
-    ``waiting`` left out. ``docs_of(piece, last)``: the files whose rows a piece's commits replace."""
-    for (piece, piece_vectors), last in vectors.pieces(waiting):
-        for docs, part in doc_slices(piece, docs_of(piece, last)):
-            yield docs, table_rows(part, settings, ident, now, piece_vectors)
+    ``waiting`` left out. ``docs_of(piece, last)``: the files whose rows a piece's commits replace.
+    ``between()`` runs after each group's slices, once the group is let go (the caller lets go of
+    each part it was given before asking for the next)."""
+    for (group, group_vectors), last in vectors.pieces(waiting):
+        part = None
+        for docs, part in doc_slices(group, docs_of(group, last)):
+            yield docs, table_rows(part, settings, ident, now, group_vectors)
+        del group, group_vectors, part
+        between()
 
 
 class _Remaining:
@@ -339,19 +375,26 @@ class _ShardPieces:
                 group_vectors.append(next(vector_pieces, None))
             runs_on = after is not None and piece.num_rows > 0 and after.num_rows > 0 and after.column("doc_id")[0] == piece.column("doc_id")[-1]
             if after is None or (size >= SLICE_ROWS and not runs_on):
+                # _group empties the lists: while the consumer works on the group (and folds after
+                # it), this frame holds only the piece read ahead
+                piece = None
                 yield self._group(group, group_vectors, waiting), after is None
-                group, group_vectors, size = [], [], 0
+                size = 0
             piece = after
 
     def _group(self, pieces: list[pa.Table], vector_pieces: list[pa.Table | None], waiting: set[str]) -> tuple[pa.Table, ShardVectors | None]:
+        """The group's rows and their vectors; both lists are emptied (the group is the caller's)."""
         rows = pieces[0] if len(pieces) == 1 else pa.concat_tables(pieces)
+        pieces.clear()
+        found = [v for v in vector_pieces if v is not None]
+        complete = len(found) == len(vector_pieces)
+        vector_pieces.clear()
         if waiting:
             # pyarrow.compute's functions are generated at import time: its stubs do not list them
             rows = rows.filter(pc.invert(pc.is_in(rows.column("doc_id"), pa.array(sorted(waiting), type=pa.string()))))  # pyright: ignore[reportAttributeAccessIssue]
         if not self.has_vectors:
             return rows, None
-        found = [v for v in vector_pieces if v is not None]
-        if not found or len(found) < len(vector_pieces):
+        if not found or not complete:
             return rows, self.whole()  # no vectors piece for each chunks piece: the shard's vectors
         vectors = ShardVectors.of_table(found[0] if len(found) == 1 else pa.concat_tables(found), self.ident.dims)
         if not all(h in vectors.row_of for h in rows.column("content_hash").to_pylist()):
@@ -365,6 +408,8 @@ def _row_groups(frames: Mapping[str, pl.DataFrame], shard: str) -> int | None:
 
 # The chunks' columns the table's rows are made of (not the text as embedded, nor the media file).
 ROW_SOURCE_SCHEMA = pa.schema([f for f in CHUNKS_SCHEMA if f.name not in ("embed_text", "media_file")])
+# The manifest's columns the shard's record takes: which file, its content hash.
+_HASH_SCHEMA = pa.schema([MANIFEST_SCHEMA.field("doc_id"), MANIFEST_SCHEMA.field("sha256")])
 # The chunks' keys: which file, which text.
 _KEYS_SCHEMA = pa.schema([CHUNKS_SCHEMA.field("doc_id"), CHUNKS_SCHEMA.field("content_hash")])
 

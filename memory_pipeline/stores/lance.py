@@ -198,6 +198,12 @@ ANN_REBUILD_ROWS = 250_000
 # (2026-12-06, ``benchmarks/results-ann-segments-tail-unindexed.json``).
 SEGMENT_ROWS = 65_536
 
+# LanceDB's caches (index pages, file metadata) of a store that writes, each at most this many MiB.
+# Its defaults (6 GiB and 1 GiB) suit a process answering queries; a write run's commits and folds
+# read the table's file metadata and index pages over and over and the cache kept them: at 1M
+# chunks (300k measured) it grew by 4-8 MB a fold, and the run's resident floor with it (X -> Y MB).
+WRITE_CACHE_MIB = 16
+
 # Fragments from which ``VectorStore.fold_new_rows`` compacts a table whose rows are all indexed
 # (large tables keep one fragment per ~1M rows after compaction: a few are normal).
 FOLD_FRAGMENTS = 4
@@ -250,9 +256,14 @@ class WriteCounts:
 class VectorStore:
     """One LanceDB table; ``meta`` (provider, model, dims) is stored in the schema and checked on open."""
 
-    def __init__(self, uri: str, table_name: str) -> None:
+    def __init__(self, uri: str, table_name: str, *, cache_mib: int | None = None) -> None:
+        """``cache_mib``: bound each of LanceDB's two caches of this store's connection (index pages,
+        file metadata) to that many MiB; ``WRITE_CACHE_MIB`` for stores that write. None: LanceDB's
+        defaults (6 GiB and 1 GiB), for searches."""
         self.uri = uri
         self.table_name = table_name
+        self.cache_mib = cache_mib
+        self._session = None
         self._db = None
         self._table = None
 
@@ -265,8 +276,17 @@ class VectorStore:
                 from memory_pipeline.storage import check_bucket
 
                 check_bucket(self.uri)  # the AWS variables and the bucket checked once, with one-line errors
-            self._db = lancedb.connect(self.uri)
+            if self.cache_mib is None:
+                self._db = lancedb.connect(self.uri)
+            else:
+                size = self.cache_mib * 2**20
+                self._session = lancedb.Session(index_cache_size_bytes=size, metadata_cache_size_bytes=size)
+                self._db = lancedb.connect(self.uri, session=self._session)
         return self._db
+
+    def cache_bytes(self) -> int | None:
+        """What LanceDB's caches of this store's connection hold now (None: unbounded, not tracked)."""
+        return None if self._session is None else int(self._session.size_bytes)
 
     def exists(self) -> bool:
         try:

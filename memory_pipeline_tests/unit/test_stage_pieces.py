@@ -237,6 +237,46 @@ def test_a_shard_with_only_deletions_in_pieces_removes_their_rows(two, monkeypat
     assert not names & {p.name for p in gone} and len(names) == 40
 
 
+def test_the_vector_index_folds_between_groups_of_pieces_holding_none_of_their_rows(two, monkeypatch):
+    """A fold (the run's peak: LanceDB's delta index over a segment) runs when the write stage holds
+    no rows of its own: every group of pieces it read and every slice of table rows it built is let
+    go before ``fold_segment`` is called, and the folded table equals the folder indexed whole."""
+    import gc
+    import weakref
+
+    whole, pieced, embedder, ident = two
+    _run(whole, embedder, ident)
+    _in_pieces(monkeypatch)
+    monkeypatch.setattr(write_stage, "SEGMENT_ROWS", 25)
+    held: list[weakref.ref] = []
+    real_group, real_rows, real_fold = write_stage._ShardPieces._group, write_stage.table_rows, VectorStore.fold_segment
+
+    def group(self, pieces, vector_pieces, waiting):
+        rows, vectors = real_group(self, pieces, vector_pieces, waiting)
+        held.extend([weakref.ref(rows), weakref.ref(vectors.matrix)] if vectors is not None else [weakref.ref(rows)])
+        return rows, vectors
+
+    def table_rows(*args, **kwargs):
+        rows = real_rows(*args, **kwargs)
+        held.append(weakref.ref(rows))
+        return rows
+
+    folds: list[int] = []  # per fold: the groups and slices still alive
+
+    def fold_segment(self, ann):
+        gc.collect()
+        folds.append(sum(r() is not None for r in held))
+        return real_fold(self, ann)
+
+    monkeypatch.setattr(write_stage._ShardPieces, "_group", group)
+    monkeypatch.setattr(write_stage, "table_rows", table_rows)
+    monkeypatch.setattr(VectorStore, "fold_segment", fold_segment)
+    _run(pieced, embedder, ident)
+    assert len(folds) >= 5 and len(held) > 2 * len(folds), (folds, len(held))
+    assert folds == [0] * len(folds)
+    assert _table(pieced) == _table(whole)
+
+
 @given(
     docs=st.lists(st.integers(min_value=1, max_value=6), min_size=0, max_size=25),
     cuts=st.lists(st.integers(min_value=0, max_value=150), max_size=12),
