@@ -554,9 +554,9 @@ def memory_vectors(
     maintenance = {}
     if context.run.tags.get(MAINTENANCE_TAG) == "true":
         from memory_pipeline.stores import generations
-        from memory_pipeline.stores.lance import WRITE_CACHE_MIB, VectorStore
+        from memory_pipeline.stores.lance import VectorStore
 
-        maintenance = VectorStore(storage.of(settings).lancedb_uri, generations.current(settings)[0], cache_mib=WRITE_CACHE_MIB).maintain(ann=settings.ann)
+        maintenance = VectorStore(storage.of(settings).lancedb_uri, generations.current(settings)[0]).maintain(ann=settings.ann)
         context.log.info(f"table maintenance: {maintenance}")
     yield dg.Output(
         None,

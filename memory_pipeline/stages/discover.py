@@ -97,6 +97,7 @@ def check_table(settings: Settings, ident: EmbeddingIdentity, shards: Sequence[s
         check.orphans[shard] = {d for d in held if d not in recorded}
     if present:
         check.table_rows = table_rows
+    _orphans_recorded_elsewhere(data, check, shards)
     if present and store.lacks_document_text():
         # An older table: not settled, so the next run reaches the write stage, which fills the
         # document texts in place from the table's own rows (nothing is read or embedded again).
@@ -104,6 +105,18 @@ def check_table(settings: Settings, ident: EmbeddingIdentity, shards: Sequence[s
     if not check.ok and not check.reason:
         check.reason = check.upgrade if check.files == 0 else f"table {store.table_name} does not hold what the index records say"
     return check
+
+
+def _orphans_recorded_elsewhere(data, check: TableCheck, shards: Sequence[str]) -> None:
+    """A file with rows in a shard other than the one that records it (rows copied or restored by
+    hand): its rows there are orphans, whose removal deletes the file's rows everywhere, so the
+    shard that records it re-indexes it too. Only read when there are orphans."""
+    orphans = set().union(*check.orphans.values()) if check.orphans else set()
+    if not orphans:
+        return
+    for shard in shards:
+        state = data.read("memory_vectors", shard, INDEXED_STATE_SCHEMA, ".state").column("doc_id").to_pylist()
+        check.stale[shard] |= orphans.intersection(state)
 
 
 def _held(rows: pa.Table) -> dict[str, tuple[int, set[str]]]:

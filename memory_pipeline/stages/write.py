@@ -123,8 +123,11 @@ class _Segments:
 
     def wrote(self, counts: WriteCounts) -> None:
         """Count a commit's rows; the fold waits for :meth:`fold_if_due`, called where the stage holds
-        no rows of its own (between two groups of a shard's pieces)."""
+        no rows of its own (between two groups of a shard's pieces), unless the rows waiting reach two
+        segments (a shard read as one piece, written before pieces, is one group): then it runs now."""
         self.pending += counts.inserted + counts.updated
+        if self.pending >= 2 * SEGMENT_ROWS:
+            self.fold_if_due()
 
     def fold_if_due(self) -> None:
         if self.pending < SEGMENT_ROWS:
@@ -212,7 +215,7 @@ def write_vectors(
             row_parts = functools.partial(_row_parts, vectors, waiting, settings, ident, now)
             counts = store.replace_shard((part for _, part in row_parts(lambda piece, _last: piece.column("doc_id").to_pylist())), shard)
             segments.wrote(counts)
-            del row_parts
+            del row_parts, vectors
             segments.fold_if_due()
         else:
             counts = WriteCounts()
@@ -224,7 +227,7 @@ def write_vectors(
                 del part
                 counts.add(done_part)
                 segments.wrote(done_part)
-        del vectors
+            del vectors
         hooks.at("write_after_first_commit")
         stats.files_replaced += len(replaced)
         stats.files_deleted += len(deleted)

@@ -259,8 +259,10 @@ class VectorStore:
 
     def __init__(self, uri: str, table_name: str, *, cache_mib: int | None = None) -> None:
         """``cache_mib``: bound each of LanceDB's two caches of this store's connection (index pages,
-        file metadata) to that many MiB; ``WRITE_CACHE_MIB`` for stores that write. None: LanceDB's
-        defaults (6 GiB and 1 GiB), for searches."""
+        file metadata) to that many MiB; ``WRITE_CACHE_MIB`` for the stores of a run's writes and of a
+        server's folds. None: LanceDB's defaults (6 GiB and 1 GiB), for searches, and for the nightly
+        maintenance, whose recall check queries the index (a bounded cache would load it again for
+        each query)."""
         self.uri = uri
         self.table_name = table_name
         self.cache_mib = cache_mib

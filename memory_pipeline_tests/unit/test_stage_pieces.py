@@ -277,6 +277,30 @@ def test_the_vector_index_folds_between_groups_of_pieces_holding_none_of_their_r
     assert _table(pieced) == _table(whole)
 
 
+def test_a_fold_waits_for_the_end_of_a_group_but_never_past_two_segments(tmp_path, monkeypatch):
+    """Rows counted past ``SEGMENT_ROWS`` wait for the group's end; a group that alone holds two
+    segments (a shard read as one piece, written before pieces) is folded as its commits go."""
+    from types import SimpleNamespace
+
+    from memory_pipeline.settings import AnnConfig
+    from memory_pipeline.stores.lance import WriteCounts
+
+    monkeypatch.setattr(write_stage, "SEGMENT_ROWS", 10)
+    folds: list[int] = []
+    monkeypatch.setattr(VectorStore, "fold_segment", lambda self, ann: folds.append(1) or {"ann": "folded"})
+    segments = write_stage._Segments(VectorStore(str(tmp_path), "t"), SimpleNamespace(ann=AnnConfig()))  # pyright: ignore[reportArgumentType]
+    segments.wrote(WriteCounts(inserted=15, commits=1))
+    assert folds == []  # past a segment, but inside a group
+    segments.fold_if_due()
+    assert folds == [1] and segments.folds == 1
+    segments.fold_if_due()
+    assert folds == [1]  # nothing pending
+    segments.wrote(WriteCounts(inserted=19, commits=1))
+    assert folds == [1]
+    segments.wrote(WriteCounts(updated=1, commits=1))  # two segments waiting: folded now
+    assert folds == [1, 1]
+
+
 @given(
     docs=st.lists(st.integers(min_value=1, max_value=6), min_size=0, max_size=25),
     cuts=st.lists(st.integers(min_value=0, max_value=150), max_size=12),

@@ -54,3 +54,31 @@ def test_the_check_reads_the_table_a_shard_at_a_time_and_still_finds_a_lost_row(
     store.open().delete(f"doc_id = '{victim}'")
     found = check_table(settings_, ident, SHARD_KEYS)
     assert not found.ok and victim in set().union(*found.stale.values())
+
+
+def test_a_files_rows_copied_into_another_shard_are_orphans_there_and_stale_where_recorded(memory):  # noqa: F811
+    """Removing the orphans deletes the file's rows in every shard (by ``doc_id``), so the shard that
+    records the file re-indexes it in the same run: the next run finds the table whole."""
+    import pyarrow.compute as pc
+
+    _, settings_, embedder, ident = memory
+    _run(settings_, embedder, ident)
+    store = VectorStore(settings_.lancedb_uri, settings_.table_name)
+    table = store.open()
+    rows = table.search().limit(None).to_arrow()
+    victim, home = rows.column("doc_id")[0].as_py(), rows.column("shard")[0].as_py()
+    elsewhere = next(s for s in SHARD_KEYS if s != home)
+    copied = rows.filter(pc.equal(rows.column("doc_id"), victim))  # pyright: ignore[reportAttributeAccessIssue]
+    copied = copied.set_column(copied.schema.get_field_index("shard"), "shard", pa.array([elsewhere] * copied.num_rows, pa.string()))
+    copied = copied.set_column(
+        copied.schema.get_field_index("chunk_id"), "chunk_id", pa.array([f"{c}-copy" for c in copied.column("chunk_id").to_pylist()], pa.string())
+    )
+    table.add(copied)
+    found = check_table(settings_, ident, SHARD_KEYS)
+    assert victim in found.orphans[elsewhere] and victim in found.stale[home], (found.orphans, found.stale)
+    _run(settings_, embedder, ident)
+    again = check_table(settings_, ident, SHARD_KEYS)
+    assert again.ok, (again.orphans, again.stale)
+    fresh = VectorStore(settings_.lancedb_uri, settings_.table_name).open()  # the table as it is now
+    held = fresh.search().where(f"doc_id = '{victim}'").select(["shard"]).limit(None).to_arrow().column("shard").to_pylist()
+    assert held and set(held) == {home}
