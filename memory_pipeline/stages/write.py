@@ -214,8 +214,8 @@ def write_vectors(
         if whole:
             row_parts = functools.partial(_row_parts, vectors, waiting, settings, ident, now)
             counts = store.replace_shard((part for _, part in row_parts(lambda piece, _last: piece.column("doc_id").to_pylist())), shard)
-            segments.wrote(counts)
             del row_parts, vectors
+            segments.wrote(counts)
             segments.fold_if_due()
         else:
             counts = WriteCounts()
