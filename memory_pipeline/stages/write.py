@@ -9,7 +9,6 @@ simply redone by the next one (rows are keyed by chunk id, vectors come from the
 
 from __future__ import annotations
 
-import functools
 import itertools
 import logging
 import os
@@ -212,9 +211,9 @@ def write_vectors(
         # at once took the run's resident size from ~900 MB to ~1,580 MB at each shard's write.
         whole = force and not waiting
         if whole:
-            row_parts = functools.partial(_row_parts, vectors, waiting, settings, ident, now)
-            counts = store.replace_shard((part for _, part in row_parts(lambda piece, _last: piece.column("doc_id").to_pylist())), shard)
-            del row_parts, vectors
+            every_file = _row_parts(vectors, waiting, settings, ident, now, lambda piece, _last: piece.column("doc_id").to_pylist())
+            counts = store.replace_shard((part for _, part in every_file), shard)
+            del every_file, vectors
             segments.wrote(counts)
             segments.fold_if_due()
         else:
