@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 
 from memory_pipeline import storage
 from memory_pipeline.changes import EmbeddingIdentity, decide, file_sha256, fingerprint, same_stat
-from memory_pipeline.discovery import DiscoveredFile, assess, shard_of, walk_all
+from memory_pipeline.discovery import DiscoveredFile, assess, forget_name_checks, shard_of, walk_all
 from memory_pipeline.errors import StoreError
 from memory_pipeline.models import DELETIONS_SCHEMA, INDEXED_STATE_SCHEMA, MANIFEST_SCHEMA, frame_of
 from memory_pipeline.settings import Settings
@@ -175,6 +175,8 @@ def discover(
     for f in walk_all(settings):
         if f.shard in wanted:
             by_shard[f.shard].append(f)
+    # The walk's name checks were for this walk (and the settle's before it): the stages after it need none.
+    forget_name_checks()
     # A source folder that is missing (an unmounted disk) must not wipe its rows from the index.
     missing = {s.name: s.path for s in settings.sources if not s.path.is_dir()}
     for name, path in missing.items():

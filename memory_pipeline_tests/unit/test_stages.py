@@ -283,3 +283,26 @@ def test_giving_memory_back_never_fails_a_run(monkeypatch):
         builtins, "open", lambda f, *a, **k: (_ for _ in ()).throw(OSError("no /proc")) if str(f).startswith("/proc/") else real_open(f, *a, **k)
     )
     assert give_back_memory() == 0
+
+
+def test_a_runs_walk_lets_go_of_its_name_checks_but_a_sensors_walks_keep_them(memory):
+    """The names a walk checked for secrets are cached (a path is redacted once per process), and a
+    run's discover stage lets go of them once it has walked: the stages after it need none, and at
+    65,536 paths they are about 11 MB held through the write stage. The sensor's walks
+    (``shard_fingerprints``) keep theirs. A file whose name holds a secret is refused either way."""
+    from memory_pipeline.discovery import _secret_in_name
+
+    mem, settings, embedder, ident = memory
+    (mem / "notes" / "password=hunter2hunter2.md").write_text("leaked\n")
+    _secret_in_name.cache_clear()
+    shard_fingerprints(settings)
+    walked = _secret_in_name.cache_info().currsize
+    assert walked >= 4
+    shard_fingerprints(settings)
+    assert _secret_in_name.cache_info().currsize == walked and _secret_in_name.cache_info().hits >= walked
+    manifests = list(discover(settings, SHARDS, force=False, fp=fingerprint(settings, ident), ident=None))
+    assert _secret_in_name.cache_info().currsize == 0
+    rows = [r for _, frame in manifests for r in frame.to_dicts()]
+    assert {r["path"] for r in rows if r["status"] == "ok"} == {"notes/a.md", "notes/b.md", "notes/c.txt"}
+    refused = [r for r in rows if "secret" in (r["reason"] or "")]
+    assert len(refused) == 1 and "hunter2" not in str(refused[0])
