@@ -71,6 +71,9 @@ class MemoryService:
 
     def __init__(self, settings: Settings, *, refresh_seconds: float = 0.25, fold_after_seconds: float = FOLD_AFTER_SECONDS, index_worker: bool = True) -> None:
         self.settings = settings
+        from memory_pipeline.discovery import keep_name_checks
+
+        keep_name_checks()  # its runs and ingests walk the folder again and again
         self.searcher = WarmSearcher(settings, refresh_seconds=refresh_seconds)
         self.write_lock = threading.Lock()
         self._queue: list[_IndexRequest] = []  # index requests waiting for the write lock

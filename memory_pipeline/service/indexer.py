@@ -203,8 +203,11 @@ def _serve(settings: Settings, conn) -> None:
         pass
     import signal
 
+    from memory_pipeline.discovery import keep_name_checks
     from memory_pipeline.priority import raise_nice
     from memory_pipeline.runner import run_index
+
+    keep_name_checks()  # it walks the folder at every request
 
     # Ctrl-C in the server's terminal reaches this process too: the server stops it (close).
     signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -193,6 +193,7 @@ def test_a_runs_first_vector_build_is_over_merged_fragments_so_its_first_fold_re
     segment's rows keep their ids."""
     from memory_pipeline import allocator
     from memory_pipeline.settings import AnnConfig
+    from memory_pipeline.stores import lance
 
     commits = 20
     store = _committed(tmp_path, commits, rows=15, seed=6)
@@ -209,7 +210,7 @@ def test_a_runs_first_vector_build_is_over_merged_fragments_so_its_first_fold_re
 
         monkeypatch.setattr(table, name, spy)
     real_trim = allocator.trim_heap
-    monkeypatch.setattr(allocator, "trim_heap", lambda: (calls.append("trim"), real_trim())[1])
+    monkeypatch.setattr(lance, "trim_heap", lambda: (calls.append("trim"), real_trim())[1])
     monkeypatch.setattr(store, "open", lambda: table)
     ann = AnnConfig(min_rows=256, nprobes=20)
     built = store.fold_segment(ann)
@@ -230,3 +231,31 @@ def test_a_runs_first_vector_build_is_over_merged_fragments_so_its_first_fold_re
     stats = table.index_stats(store.vector_index().name)
     assert stats.num_indices == 2 and stats.num_unindexed_rows == 0 and stats.num_indexed_rows == (commits + 3) * 15
     assert (store.ann_recall(ann, queries=20) or 0) >= 0.9
+
+
+def test_a_first_build_over_one_fragment_merges_nothing_and_a_failed_merge_still_builds(tmp_path, monkeypatch):
+    """No merge where the rows are one fragment already; and the merge is best effort: when it
+    fails (other writers' commits kept conflicting), the first build goes on over the fragments as
+    they are, rather than waiting for the next segment (a build over two segments is in two
+    partitions, which LanceDB's folds then merge, the spike ``ensure_ann`` describes)."""
+    from memory_pipeline.errors import StoreError
+    from memory_pipeline.settings import AnnConfig
+
+    ann = AnnConfig(min_rows=256, nprobes=20)
+    one = _committed(tmp_path / "one", 1, rows=300, seed=8)
+    assert _fragment_count(one.open()) == 1
+    merges: list[object] = []
+    monkeypatch.setattr(one, "_fold", lambda table: merges.append(table))
+    assert one.fold_segment(ann)["ann"] == "built" and merges == []
+
+    many = _committed(tmp_path / "many", 20, rows=15, seed=9)
+
+    def refuse(table):
+        raise StoreError("folding new rows into the indices of t failed: commit conflict")
+
+    monkeypatch.setattr(many, "_fold", refuse)
+    built = many.fold_segment(ann)
+    assert built["ann"] == "built" and built["ann_partitions"] == 1, built
+    table = many.open()
+    assert _fragment_count(table) == 20
+    assert table.index_stats(many.vector_index().name).num_unindexed_rows == 0

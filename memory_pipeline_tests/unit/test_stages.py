@@ -285,14 +285,17 @@ def test_giving_memory_back_never_fails_a_run(monkeypatch):
     assert give_back_memory() == 0
 
 
-def test_a_runs_walk_lets_go_of_its_name_checks_but_a_sensors_walks_keep_them(memory):
+def test_a_runs_walk_lets_go_of_its_name_checks_but_a_sensors_walks_keep_them(memory, monkeypatch):
     """The names a walk checked for secrets are cached (a path is redacted once per process), and a
     run's discover stage lets go of them once it has walked: the stages after it need none, and at
     65,536 paths they are about 11 MB held through the write stage. The sensor's walks
     (``shard_fingerprints``) keep theirs. A file whose name holds a secret is refused either way."""
+    from memory_pipeline import discovery
     from memory_pipeline.discovery import _secret_in_name
 
     mem, settings, embedder, ident = memory
+    # a one-shot process (a server built earlier in this test process keeps its names)
+    monkeypatch.setattr(discovery, "_keep_name_checks", False)
     (mem / "notes" / "password=hunter2hunter2.md").write_text("leaked\n")
     _secret_in_name.cache_clear()
     shard_fingerprints(settings)
@@ -306,3 +309,26 @@ def test_a_runs_walk_lets_go_of_its_name_checks_but_a_sensors_walks_keep_them(me
     assert {r["path"] for r in rows if r["status"] == "ok"} == {"notes/a.md", "notes/b.md", "notes/c.txt"}
     refused = [r for r in rows if "secret" in (r["reason"] or "")]
     assert len(refused) == 1 and "hunter2" not in str(refused[0])
+
+
+def test_a_servers_runs_keep_their_name_checks(memory, monkeypatch):
+    """``memory serve`` walks the folder at every request (``keep_name_checks``, called by the server
+    and its index worker): its runs keep the names they checked, so the next walk redacts none."""
+    from memory_pipeline import discovery
+
+    mem, settings, embedder, ident = memory
+    monkeypatch.setattr(discovery, "_keep_name_checks", False)  # restored after the test
+    discovery._secret_in_name.cache_clear()
+    from memory_pipeline.service.core import MemoryService
+
+    service = MemoryService(settings, index_worker=False)  # what `memory serve` builds
+    try:
+        assert discovery._keep_name_checks
+    finally:
+        service.close()
+    list(discover(settings, SHARDS, force=False, fp=fingerprint(settings, ident), ident=None))
+    kept = discovery._secret_in_name.cache_info()
+    assert kept.currsize >= 4
+    list(discover(settings, SHARDS, force=False, fp=fingerprint(settings, ident), ident=None))
+    again = discovery._secret_in_name.cache_info()
+    assert again.currsize == kept.currsize and again.misses == kept.misses and again.hits >= kept.hits + 4
