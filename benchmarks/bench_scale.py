@@ -16,6 +16,13 @@ no-op re-run as a fresh process (targets: peak RSS <= 1.5 GB and flat across siz
 100,000 files <= 30 s). Search latency and ANN recall at scale, with real query embeddings, are
 `benchmarks/bench_search.py --chunks 1000000`. ``--max-minutes`` bounds the run: a size that
 would start after the budget is skipped and recorded as such.
+
+``--grow N`` (the largest size only): after its no-op re-run, N more notes are added to the folder
+and indexed by a fresh process: a run that adds many rows to a table that already has its
+full-text and vector indices, as an archive imported at once does. Its wall time, peak RSS and
+each index's rows indexed, not indexed and delta indices afterwards are recorded under ``grow``.
+
+    .venv/bin/python benchmarks/bench_scale.py --files 10000 --grow 30000 --out benchmarks/results-scale-grow.json
 """
 
 from __future__ import annotations
@@ -67,7 +74,10 @@ def make_folder(root: Path, n_files: int, seed: int) -> int:
     return total
 
 
-def measured(cmd: list[str], env: dict, timeout: float) -> dict:
+SUMMARY_KEYS = ("files_seen", "files_changed", "chunks_total", "chunks_embedded", "rows_written", "table_rows", "seconds")
+
+
+def measured(cmd: list[str], env: dict, timeout: float, keys: tuple[str, ...] = SUMMARY_KEYS) -> dict:
     fd, usage_path = tempfile.mkstemp(suffix=".json")
     os.close(fd)
     started = time.perf_counter()
@@ -85,15 +95,25 @@ def measured(cmd: list[str], env: dict, timeout: float) -> dict:
         return out
     try:
         summary = json.loads(proc.stdout[proc.stdout.index("{") :])
-        out["summary"] = {
-            k: summary.get(k) for k in ("files_seen", "files_changed", "chunks_total", "chunks_embedded", "rows_written", "table_rows", "seconds")
-        }
+        out["summary"] = {k: summary.get(k) for k in keys}
     except (ValueError, json.JSONDecodeError) as err:
         out["stdout_tail"] = f"unreadable summary ({err}): {proc.stdout[-1000:]}"
     return out
 
 
-def bench_size(work: Path, n_files: int, fake: OpenAIFake, timeout: float) -> dict:
+def index_stats(lancedb_dir: Path) -> dict:
+    """Each index of the table: rows indexed and not, and its delta indices (what a run folded)."""
+    import lancedb
+
+    table = lancedb.connect(str(lancedb_dir)).open_table("memory_vectors")
+    out = {}
+    for idx in table.list_indices():
+        stats = table.index_stats(idx.name)
+        out[idx.name] = {"indexed_rows": stats.num_indexed_rows, "unindexed_rows": stats.num_unindexed_rows, "indices": stats.num_indices}
+    return out
+
+
+def bench_size(work: Path, n_files: int, fake: OpenAIFake, timeout: float, grow: int = 0) -> dict:
     root = work / f"files-{n_files}"
     shutil.rmtree(root, ignore_errors=True)
     t0 = time.perf_counter()
@@ -116,6 +136,12 @@ def bench_size(work: Path, n_files: int, fake: OpenAIFake, timeout: float) -> di
         lancedb = root / "index" / "lancedb"
         result["table_bytes_on_disk"] = sum(f.stat().st_size for f in lancedb.rglob("*") if f.is_file())
         result["chunks"] = (first.get("summary") or {}).get("chunks_total")
+        if grow:
+            # The folder grows by ``grow`` notes and is indexed again: a run that adds many rows to a
+            # table that already has its full-text and vector indices (an archive imported at once).
+            make_folder(root / "mem" / "grown", grow, seed=n_files + grow)
+            result["grow"] = {"files_added": grow, **measured(cmd, env, timeout)}
+            result["grow"]["indices"] = index_stats(root / "index" / "lancedb")
     shutil.rmtree(root, ignore_errors=True)
     return result
 
@@ -125,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--files", default="1000,10000,100000", help="folder sizes in notes (about ten chunks each)")
     ap.add_argument("--out", default=str(REPO / "benchmarks" / "results-scale.json"))
     ap.add_argument("--work-dir", default=str(REPO / "benchmarks" / "work" / "scale"))
+    ap.add_argument("--grow", type=int, default=0, help="after the largest size, add this many notes and index again (0: not measured)")
     ap.add_argument("--max-minutes", type=float, default=90.0, help="sizes that would start after this are skipped")
     args = ap.parse_args(argv)
     sizes = [int(x) for x in args.files.split(",") if x.strip()]
@@ -141,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
                 results.append({"files": n, "skipped": f"not started: the {args.max_minutes:.0f}-minute budget was spent"})
                 continue
             print(f"[bench_scale] {n} files", file=sys.stderr, flush=True)
-            results.append(bench_size(work, n, fake, timeout=left))
+            results.append(bench_size(work, n, fake, timeout=left, grow=args.grow if n == max(sizes) else 0))
             print(f"[bench_scale] {json.dumps(results[-1])[:400]}", file=sys.stderr, flush=True)
     done = [r for r in results if "index" in r and r["index"]["rc"] == 0]
     peaks = [r["index"]["peak_rss_mb"] for r in done]

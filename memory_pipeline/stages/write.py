@@ -114,8 +114,8 @@ class _Segments:
     """Folds the rows a run writes into the vector index every SEGMENT_ROWS rows
     (``VectorStore.fold_segment``), so no index build holds more than a segment of them."""
 
-    def __init__(self, store: VectorStore, settings: Settings) -> None:
-        self.store, self.settings = store, settings
+    def __init__(self, store: VectorStore, settings: Settings, *, force: bool = False) -> None:
+        self.store, self.settings, self.force = store, settings, force
         self.pending = 0
         self.folds = 0
         self.ann = ""
@@ -134,7 +134,7 @@ class _Segments:
         self.pending = 0
         give_back_memory()
         try:
-            done = self.store.fold_segment(self.settings.ann).get("ann", "")
+            done = self.store.fold_segment(self.settings.ann, retrain=self.force).get("ann", "")
         except StoreError as err:
             # Index upkeep, not the write: the shard's rows are committed and its record follows;
             # the run's end folds what is left (other writers' commits kept conflicting).
@@ -180,7 +180,7 @@ def write_vectors(
     fp = fingerprint(settings, ident)
     now = datetime.now(UTC)
     per_shard = per_shard if per_shard is not None else {}
-    segments = _Segments(store, settings)
+    segments = _Segments(store, settings, force=force)
     for done, shard in enumerate(chunks, start=1):
         before = shards.additive(stats)
         # Of each file, only what the shard's record needs (its content hash), not a dict of every

@@ -116,10 +116,11 @@ def test_a_run_folds_its_rows_into_the_vector_index_a_segment_at_a_time(tmp_path
 
 
 @pytest.mark.slow
-def test_folds_skip_a_table_with_a_full_text_index_and_a_forced_run_retrains(tmp_path: Path, monkeypatch):
-    """A table that has its full-text index already is not folded mid-run (LanceDB's ``optimize``
-    would rewrite that index whole at each fold); a forced run, which folded nothing, trains the
-    vector index again over its replaced rows instead of adding a delta beside the old index."""
+def test_a_later_run_folds_its_segments_into_a_table_with_a_full_text_index_and_a_forced_run_retrains(tmp_path: Path, monkeypatch):
+    """A run that adds many rows to a table that has its full-text index folds them a segment at a
+    time too (folded at its end alone, its rows would be one delta built at once, in memory that
+    grows with them); a forced run, which replaces every row, folds nothing and trains the vector
+    index again over them instead of adding deltas beside the old index."""
     from memory_pipeline.stages import write
     from memory_pipeline.stores import lance
 
@@ -132,11 +133,30 @@ def test_folds_skip_a_table_with_a_full_text_index_and_a_forced_run_retrains(tmp
     with memory_instance() as instance:
         first = dg.materialize(index_assets, instance=instance, resources=resources, run_config=LOGGERS, tags=dict(FULL_RANGE_TAGS))
         assert first.success and _vectors_meta(first)["ann_folds"] >= 1
+        assert any(idx.name == f"{FTS_COLUMN}_idx" for idx in store.open().list_indices())
+        deltas_before = store.open().index_stats(store.vector_index().name).num_indices
+        for i in range(700, 1400):
+            (tmp_path / "mem" / f"note-{i:04d}.md").write_text(f"# Note {i}\n\nAbout {TOPICS[i % len(TOPICS)]}: entry {i} with detail {i * 7 % 13}.\n")
+        grown = dg.materialize(index_assets, instance=instance, resources=resources, run_config=LOGGERS, tags=dict(FULL_RANGE_TAGS))
+        meta = _vectors_meta(grown)
+        # 700 new rows in segments of 300: two folds while the run writes, the rest at its end.
+        assert grown.success and meta["ann"] == "folded" and meta["ann_folds"] >= 2, meta
+        store = VectorStore(settings.lancedb_uri, settings.table_name)  # the table as the run left it
+        table = store.open()
+        vector_stats = table.index_stats(store.vector_index().name)
+        # A delta per segment; the run's end leaves fewer than 1,000 rows to the nightly maintenance.
+        assert vector_stats.num_indices >= deltas_before + 2 and vector_stats.num_unindexed_rows < 300
+        assert vector_stats.num_indexed_rows + vector_stats.num_unindexed_rows == store.count_rows() == 1400
+        # The segments' folds folded the full-text index too: at most the run's last rows wait for it.
+        assert table.index_stats(f"{FTS_COLUMN}_idx").num_unindexed_rows < 300
+        hits = search("entry 1337", settings=settings, max_results=3, mode="fts")
+        assert hits and hits[0].path.endswith("note-1337.md")
         forced = dg.materialize(
             index_assets, instance=instance, resources=resources, tags=dict(FULL_RANGE_TAGS),
             run_config={**LOGGERS, "ops": {"source_files": {"config": {"force": True}}, "memory_vectors": {"config": {"force": True}}}},
         )  # fmt: skip
     meta = _vectors_meta(forced)
     assert forced.success and meta["ann"] == "built" and meta["ann_folds"] == 0, meta
+    store = VectorStore(settings.lancedb_uri, settings.table_name)
     stats = store.open().index_stats(store.vector_index().name)
-    assert stats.num_indices == 1 and stats.num_unindexed_rows == 0 and store.count_rows() == 700
+    assert stats.num_indices == 1 and stats.num_unindexed_rows == 0 and store.count_rows() == 1400
