@@ -263,10 +263,10 @@ def test_the_vector_index_folds_between_groups_of_pieces_holding_none_of_their_r
 
     folds: list[int] = []  # per fold: the groups and slices still alive
 
-    def fold_segment(self, ann):
+    def fold_segment(self, ann, **kwargs):
         gc.collect()
         folds.append(sum(r() is not None for r in held))
-        return real_fold(self, ann)
+        return real_fold(self, ann, **kwargs)
 
     monkeypatch.setattr(write_stage._ShardPieces, "_group", group)
     monkeypatch.setattr(write_stage, "table_rows", table_rows)
@@ -287,7 +287,7 @@ def test_a_fold_waits_for_the_end_of_a_group_but_never_past_two_segments(tmp_pat
 
     monkeypatch.setattr(write_stage, "SEGMENT_ROWS", 10)
     folds: list[int] = []
-    monkeypatch.setattr(VectorStore, "fold_segment", lambda self, ann: folds.append(1) or {"ann": "folded"})
+    monkeypatch.setattr(VectorStore, "fold_segment", lambda self, ann, **kwargs: folds.append(1) or {"ann": "folded"})
     segments = write_stage._Segments(VectorStore(str(tmp_path), "t"), SimpleNamespace(ann=AnnConfig()))  # pyright: ignore[reportArgumentType]
     segments.wrote(WriteCounts(inserted=15, commits=1))
     assert folds == []  # past a segment, but inside a group
