@@ -22,8 +22,9 @@ already cost every search as much as the rest of it. Measured in one process on 
 (200 queries, hybrid): 500 unindexed rows took a search's CPU from 14.2 to 24.8 ms, and 16 clients
 beside a `memory index` of 40 notes (a few hundred rows, under the old threshold) got 35.8-39.6
 searches/s against 91-99 with nothing writing. The writer folds them when its run ends (a run that
-finds a server up always folds; a run building a new table also folds every 65,536 rows it writes,
-``VectorStore.fold_segment``), so they appear then, whole, or after ``MAX_LAG_SECONDS``.
+finds a server up always folds; a run also folds every 65,536 rows it writes, unless it is a forced
+run into a table with a full-text index, ``VectorStore.fold_segment``), so they appear then, whole, or
+after ``MAX_LAG_SECONDS``.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from memory_pipeline.defs.partitions import FULL_RANGE_TAGS, MAINTENANCE_TAG
 from memory_pipeline.defs.resources import index_resources
 from memory_pipeline.search import search
 from memory_pipeline.settings import FtsConfig, load_settings
-from memory_pipeline.stores.lance import FTS_COLUMN, VectorStore
+from memory_pipeline.stores.lance import DOC_FTS_COLUMN, FTS_COLUMN, VectorStore
 from memory_pipeline_tests.conftest import write_config
 from memory_pipeline_tests.helpers import memory_instance
 
@@ -148,7 +148,8 @@ def test_a_later_run_folds_its_segments_into_a_table_with_a_full_text_index_and_
         assert vector_stats.num_indices >= deltas_before + 2 and vector_stats.num_unindexed_rows < 300
         assert vector_stats.num_indexed_rows + vector_stats.num_unindexed_rows == store.count_rows() == 1400
         # The segments' folds folded the full-text index too: at most the run's last rows wait for it.
-        assert table.index_stats(f"{FTS_COLUMN}_idx").num_unindexed_rows < 300
+        for name in (f"{FTS_COLUMN}_idx", f"{DOC_FTS_COLUMN}_idx"):
+            assert table.index_stats(name).num_unindexed_rows < 300, name
         hits = search("entry 1337", settings=settings, max_results=3, mode="fts")
         assert hits and hits[0].path.endswith("note-1337.md")
         forced = dg.materialize(
