@@ -588,9 +588,10 @@ class VectorStore:
         if table is None or "vector" not in table.schema.names or table.count_rows() < ann.min_rows:
             return {}
         # A table that has its full-text index is folded too: ``optimize`` then rewrites that index
-        # at each fold, but the run's end would otherwise fold every row the run added into one
-        # delta at once, and that build grows with them (262,144 synthetic rows: +575 MB; folded a
-        # segment at a time with the full-text index: +136 to +230 MB a fold, 22-29 s, 2026-12-07).
+        # at each fold (alone, +97-191 MB a fold at 262k rows, +167-263 MB at 1M:
+        # benchmarks/results-fold-fts.json), but the run's end would otherwise fold every row the
+        # run added into one delta at once, and that build grows with them (300k chunks added to
+        # 100k: 991.6 MB that way, 603.1 MB a segment at a time; results-scale-grow*.json).
         if retrain and any(f"{c}_idx" == idx.name for idx in table.list_indices() for c in (FTS_COLUMN, DOC_FTS_COLUMN)):
             return {}
         if self.vector_index() is None:
