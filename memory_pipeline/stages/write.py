@@ -112,13 +112,23 @@ class WriteStats:
 
 class _Segments:
     """Folds the rows a run writes into the vector index every SEGMENT_ROWS rows
-    (``VectorStore.fold_segment``), so no index build holds more than a segment of them."""
+    (``VectorStore.fold_segment``), so no index build holds more than a segment of them.
+
+    A table without its vector index gets it as soon as it holds ``ann.min_rows`` rows (at the end of
+    the group of pieces that crossed them), not a segment of the run's rows later: the first build
+    covers every row of the table, and a table that already held nearly ``ann.min_rows`` rows (a
+    small memory, grown by an archive) would otherwise build over those and a whole segment, in two
+    IVF partitions once that reaches twice ``HNSW_PARTITION_ROWS``, which the next fold merges (see
+    ``VectorStore.ensure_ann``)."""
 
     def __init__(self, store: VectorStore, settings: Settings, *, force: bool = False) -> None:
         self.store, self.settings, self.force = store, settings, force
         self.pending = 0
         self.folds = 0
         self.ann = ""
+        # Whether the first build may still come before a segment is pending: None until asked
+        # (a table without its vector index), False once a fold ran or the index was there.
+        self.early: bool | None = None
 
     def wrote(self, counts: WriteCounts) -> None:
         """Count a commit's rows; the fold waits for :meth:`fold_if_due`, called where the stage holds
@@ -128,10 +138,20 @@ class _Segments:
         if self.pending >= 2 * SEGMENT_ROWS:
             self.fold_if_due()
 
+    def _due(self) -> bool:
+        if self.pending >= SEGMENT_ROWS:
+            return True
+        if not self.pending or self.early is False:
+            return False
+        if self.early is None:
+            self.early = self.store.vector_index() is None
+        return self.early and self.store.count_rows() >= self.settings.ann.min_rows
+
     def fold_if_due(self) -> None:
-        if self.pending < SEGMENT_ROWS:
+        if not self._due():
             return
         self.pending = 0
+        self.early = False
         give_back_memory()
         try:
             done = self.store.fold_segment(self.settings.ann, retrain=self.force).get("ann", "")

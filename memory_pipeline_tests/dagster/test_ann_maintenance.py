@@ -161,3 +161,50 @@ def test_a_later_run_folds_its_segments_into_a_table_with_a_full_text_index_and_
     store = VectorStore(settings.lancedb_uri, settings.table_name)
     stats = store.open().index_stats(store.vector_index().name)
     assert stats.num_indices == 1 and stats.num_unindexed_rows == 0 and store.count_rows() == 1400
+
+
+@pytest.mark.slow
+def test_a_table_under_the_threshold_gets_its_vector_index_as_soon_as_a_run_crosses_it(tmp_path: Path, monkeypatch):
+    """A table that holds fewer than ann.min_rows rows and already has its full-text index (a small
+    memory, then an archive added) gets its vector index as soon as a run takes it past
+    ann.min_rows, not a segment of the run's rows later: the first build covers every row of the
+    table, and over the old rows and a whole segment it could reach two IVF partitions, which the
+    next fold merges in memory that grows with the index."""
+    from memory_pipeline.stages import write
+    from memory_pipeline.stores import lance
+
+    monkeypatch.setattr(lance, "SEGMENT_ROWS", 300)
+    monkeypatch.setattr(write, "SEGMENT_ROWS", 300)
+    cfg = _notes(tmp_path, 200)  # ann.min_rows 256
+    resources = index_resources(str(cfg))
+    settings = load_settings(cfg)
+    builds: list[int] = []  # rows in the table at each build of the vector index
+    real = VectorStore.ensure_ann
+
+    def ensure_ann(self, ann, **kwargs):
+        out = real(self, ann, **kwargs)
+        if out.get("ann") == "built":
+            builds.append(self.count_rows())
+        return out
+
+    monkeypatch.setattr(VectorStore, "ensure_ann", ensure_ann)
+    with memory_instance() as instance:
+        small = dg.materialize(index_assets, instance=instance, resources=resources, run_config=LOGGERS, tags=dict(FULL_RANGE_TAGS))
+        assert small.success and _vectors_meta(small)["ann"] == "exact"
+        store = VectorStore(settings.lancedb_uri, settings.table_name)
+        assert store.vector_index() is None and any(idx.name == f"{FTS_COLUMN}_idx" for idx in store.open().list_indices())
+        for i in range(200, 1000):
+            (tmp_path / "mem" / f"note-{i:04d}.md").write_text(f"# Note {i}\n\nAbout {TOPICS[i % len(TOPICS)]}: entry {i} with detail {i * 7 % 13}.\n")
+        grown = dg.materialize(index_assets, instance=instance, resources=resources, run_config=LOGGERS, tags=dict(FULL_RANGE_TAGS))
+    meta = _vectors_meta(grown)
+    # Built once, past 256 rows by at most a group of the run's pieces: not over the 200 old rows
+    # and a segment of 300 new ones.
+    assert grown.success and meta["ann"] == "built", meta
+    assert len(builds) == 1 and 256 <= builds[0] < 200 + 300, builds
+    assert meta["ann_folds"] >= 2, meta  # then a segment at a time
+    store = VectorStore(settings.lancedb_uri, settings.table_name)
+    stats = store.open().index_stats(store.vector_index().name)
+    assert stats.num_indexed_rows + stats.num_unindexed_rows == store.count_rows() == 1000
+    assert stats.num_unindexed_rows < 300
+    hits = search("boiler pressure", settings=settings, max_results=3)
+    assert hits and all("boiler" in h.snippet.lower() for h in hits)
