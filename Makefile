@@ -112,6 +112,7 @@ bench: venv
 	$(BIN)/python benchmarks/bench_search.py --chunks 1000000 --out benchmarks/results-search-1m.json
 	$(BIN)/python benchmarks/bench_scale.py --files 1000,10000,100000 --max-minutes 90 --out benchmarks/results-scale.json
 	$(BIN)/python benchmarks/bench_scale.py --files 10000 --grow 30000 --max-minutes 30 --out benchmarks/results-scale-grow.json
+	$(BIN)/python benchmarks/bench_scale.py --files 4900 --grow 10000 --max-minutes 20 --out benchmarks/results-scale-edge.json
 	$(BIN)/python benchmarks/bench_fold_fts.py --rows 262144,1000000 --folds 3 --out benchmarks/results-fold-fts.json
 	$(BIN)/python benchmarks/bench_ann_segments.py --rows 1000000 --out benchmarks/results-ann-segments.json
 	$(BIN)/python benchmarks/bench_media.py --images 20 --audio 6 --pdf-pages 100 --pad-mb 100 --out benchmarks/results-media.json

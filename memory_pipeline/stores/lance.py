@@ -577,7 +577,8 @@ class VectorStore:
 
     def fold_segment(self, ann, *, retrain: bool = False) -> dict:
         """Index the rows written so far: the write stage calls this after each SEGMENT_ROWS rows it
-        added. The vector index is built once the table holds ``ann.min_rows`` rows; after that the
+        added and, while the table has no vector index, as soon as it holds ``ann.min_rows`` rows
+        (``stages.write._Segments``). The vector index is built once the table holds them; after that the
         rows it lacks are folded in by ``optimize`` as a delta index over just them (with
         compaction, the other indices folded too), so no build holds more than about a segment's rows
         on top of what the index had, however many rows the run adds. Before the first build, the
