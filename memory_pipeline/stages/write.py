@@ -127,7 +127,8 @@ class _Segments:
         self.folds = 0
         self.ann = ""
         # Whether the first build may still come before a segment is pending: None until asked
-        # (a table without its vector index), False once a fold ran or the index was there.
+        # (a table with vectors but no vector index), False once a fold was tried (None again if
+        # it failed) or when the index was there.
         self.early: bool | None = None
 
     def wrote(self, counts: WriteCounts) -> None:
@@ -144,7 +145,7 @@ class _Segments:
         if not self.pending or self.early is False:
             return False
         if self.early is None:
-            self.early = self.store.vector_index() is None
+            self.early = self.store.dims() > 0 and self.store.vector_index() is None
         return self.early and self.store.count_rows() >= self.settings.ann.min_rows
 
     def fold_if_due(self) -> None:
@@ -159,6 +160,7 @@ class _Segments:
             # Index upkeep, not the write: the shard's rows are committed and its record follows;
             # the run's end folds what is left (other writers' commits kept conflicting).
             log.warning("%s; the rows are folded at the end of the run", err)
+            self.early = None  # asked again at the next group's end: a failed first build is tried again
             return
         if done in ("built", "folded"):
             self.folds += done == "folded"

@@ -259,3 +259,55 @@ def test_a_first_build_over_one_fragment_merges_nothing_and_a_failed_merge_still
     table = many.open()
     assert _fragment_count(table) == 20
     assert table.index_stats(many.vector_index().name).num_unindexed_rows == 0
+
+
+def test_a_write_runs_first_vector_build_comes_once_the_table_holds_min_rows_and_a_failed_one_is_retried(tmp_path, monkeypatch):
+    """The write stage (``_Segments``) asks for the first build as soon as the table holds
+    ``ann.min_rows`` rows, not a segment later; a build that failed (a commit conflict) is asked for
+    again at the next group's end; then only whole segments fold. A table without vectors is never
+    asked."""
+    from types import SimpleNamespace
+
+    from memory_pipeline.errors import StoreError
+    from memory_pipeline.settings import AnnConfig
+    from memory_pipeline.stages import write
+    from memory_pipeline.stores.lance import WriteCounts
+
+    monkeypatch.setattr(write, "SEGMENT_ROWS", 1000)
+    settings = SimpleNamespace(ann=AnnConfig(min_rows=256))
+    store = _committed(tmp_path, 16, rows=15, seed=8)  # 240 rows: under min_rows
+    calls: list[str] = []
+    real = VectorStore.fold_segment
+
+    def fold_segment(self, ann, **kwargs):
+        if not calls:
+            calls.append("conflict")
+            raise StoreError("commit conflict")
+        calls.append("fold")
+        return real(self, ann, **kwargs)
+
+    monkeypatch.setattr(VectorStore, "fold_segment", fold_segment)
+    segments = write._Segments(store, settings)  # pyright: ignore[reportArgumentType]
+    segments.wrote(WriteCounts(inserted=240, commits=16))
+    segments.fold_if_due()
+    assert calls == []  # 240 rows: exact search, nothing to build
+    rng = np.random.default_rng(9)
+    for k, doc in enumerate(("src:late0.md", "src:late1.md")):
+        store.replace_docs(_rows(store.open().schema, doc, 16, rng), [doc])  # 256 rows, then 272
+        segments.wrote(WriteCounts(inserted=16, commits=1))
+        segments.fold_if_due()
+        assert calls == ["conflict", "fold"][: k + 1], calls
+    assert segments.ann == "built" and store.vector_index() is not None
+    store.replace_docs(_rows(store.open().schema, "src:late2.md", 15, rng), ["src:late2.md"])
+    segments.wrote(WriteCounts(inserted=15, commits=1))
+    segments.fold_if_due()
+    assert calls == ["conflict", "fold"]  # indexed now: the next fold waits for a segment
+
+    bare = VectorStore(str(tmp_path / "bare"), "t")
+    table = bare.ensure(0, {"provider": "none", "model": "none", "dims": 0, "provider_key": "none"})
+    bare.replace_docs(_rows(table.schema, "src:bare.md", 300, rng), ["src:bare.md"])
+    calls.clear()
+    plain = write._Segments(bare, settings)  # pyright: ignore[reportArgumentType]
+    plain.wrote(WriteCounts(inserted=300, commits=1))
+    plain.fold_if_due()
+    assert calls == []
