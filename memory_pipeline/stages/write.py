@@ -270,15 +270,23 @@ def write_vectors(
         # The index builds are the run's peak: what the shards' frames and commits freed goes back
         # to the system first, not under them.
         give_back_memory()
+        lacking = store.vector_unindexed()
         # A server for this folder (not this run's own) searches meanwhile: fold this run's rows now.
         stats.fts = store.ensure_fts(settings.fts, rebuild=force, fold=serverfile.serving_elsewhere(data.root)).get("fts", "")
+        # Its ``optimize`` (a fold, or the compaction of many fragments) folds every index: the
+        # vector index's rows too, as one more delta.
+        fts_folded = bool(lacking) and (store.vector_unindexed() or 0) < lacking
         give_back_memory()
         # A forced run that folded nothing (its table has a full-text index) trains the vector
         # index again, as it rebuilds the full-text one: its rows were all replaced, and a changed
         # ``ann.index_type`` takes effect.
         ann = store.ensure_ann(settings.ann, rebuild=force and not segments.ann, fold_rest=bool(segments.ann)).get("ann", "")
+        if fts_folded and ann != "built":
+            stats.ann_folds = segments.folds + 1 + (ann == "folded")
+            ann = "folded"
+        else:
+            stats.ann_folds = segments.folds + (ann == "folded")
         stats.ann = first_built(segments.ann, ann) if segments.ann else ann
-        stats.ann_folds = segments.folds + (ann == "folded")
     else:
         stats.fts = "unchanged"
         stats.ann = "unchanged"

@@ -617,6 +617,14 @@ class VectorStore:
         self._fold(table)
         return {"ann": "folded"}
 
+    def vector_unindexed(self) -> int | None:
+        """Rows the vector index lacks, or None when the table has no vector index."""
+        index = self.vector_index()
+        table = self.open()
+        if index is None or table is None:
+            return None
+        return int(getattr(table.index_stats(index.name), "num_unindexed_rows", 0) or 0)
+
     def vector_index(self):
         """The ANN index on ``vector`` (its IndexConfig), or None."""
         table = self.open()

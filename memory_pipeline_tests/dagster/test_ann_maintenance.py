@@ -208,3 +208,31 @@ def test_a_table_under_the_threshold_gets_its_vector_index_as_soon_as_a_run_cros
     assert stats.num_unindexed_rows < 300
     hits = search("boiler pressure", settings=settings, max_results=3)
     assert hits and all("boiler" in h.snippet.lower() for h in hits)
+
+
+@pytest.mark.slow
+def test_a_vector_delta_added_by_the_full_text_upkeep_is_counted_as_a_fold(tmp_path: Path, monkeypatch):
+    """A run's end keeps the full-text index current with ``optimize`` (here: the compaction of many
+    fragments), which folds every index: the vector index's new rows too, as one more delta. The
+    run's metadata says so (``ann: folded``, ``ann_folds``) rather than ``current``."""
+    from memory_pipeline.stores import lance
+
+    cfg = _notes(tmp_path, 300)  # ann.min_rows 256
+    resources = index_resources(str(cfg))
+    settings = load_settings(cfg)
+    with memory_instance() as instance:
+        first = dg.materialize(index_assets, instance=instance, resources=resources, run_config=LOGGERS, tags=dict(FULL_RANGE_TAGS))
+        assert first.success and _vectors_meta(first)["ann"] == "built"
+        store = VectorStore(settings.lancedb_uri, settings.table_name)
+        deltas = store.open().index_stats(store.vector_index().name).num_indices
+        monkeypatch.setattr(lance, "COMPACT_AT", 2)  # the run's commits are compacted at its end
+        for i in range(0, 300, 15):
+            (tmp_path / "mem" / f"note-{i:04d}.md").write_text(f"# Note {i}\n\nRevised: {TOPICS[i % len(TOPICS)]} entry {i}.\n")
+        second = dg.materialize(index_assets, instance=instance, resources=resources, run_config=LOGGERS, tags=dict(FULL_RANGE_TAGS))
+    meta = _vectors_meta(second)
+    store = VectorStore(settings.lancedb_uri, settings.table_name)
+    stats = store.open().index_stats(store.vector_index().name)
+    # 20 changed rows: too few for the run's own fold (1,000), but the compaction folded them (as a
+    # delta, or merged into the last one).
+    assert second.success and stats.num_unindexed_rows == 0 and stats.num_indices >= deltas, (stats, deltas)
+    assert meta["ann"] == "folded" and meta["ann_folds"] == 1, meta
