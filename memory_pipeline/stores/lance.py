@@ -687,7 +687,7 @@ class VectorStore:
 
             partitions = (segment_partitions(rows) if segment else hnsw_partitions(rows)) if ann.index_type == "IVF_HNSW_SQ" else None
             if partitions is not None:
-                config = IvfHnswSq(distance_type="cosine", num_partitions=partitions)
+                config = IvfHnswSq(distance_type="cosine", num_partitions=partitions, sample_rate=HNSW_SAMPLE_RATE)
             else:
                 config = {"IVF_PQ": IvfPq, "IVF_FLAT": IvfFlat}[ann.index_type](distance_type="cosine")
             table.create_index("vector", config=config, replace=True)
@@ -781,6 +781,14 @@ REFINE_RESULTS = 10
 # probed (p50 27 ms), 64 partitions 944 MB in 218 s but recall 0.555 with 20 probes (2026-12-04, a
 # fresh process per build). ``ann.nprobes`` (20) probes every partition up to 1.3M rows.
 HNSW_PARTITION_ROWS = 65_536
+
+# Training rows per IVF partition of an HNSW index, and (times 256) for its scalar quantizer. At
+# LanceDB's default, 256, the quantizer trains on 65,536 rows, so a first build over a segment read
+# the whole vector column and copied it twice (normalized for cosine, then filtered): over 65,536
+# synthetic 384-dimension rows the build grew a fresh process by 200 MB at 256, by 141 MB at 64 or 16
+# (46.4 against 35.6 s, recall@10 1.0 either way; a fold, which reuses the quantizer, 131 against
+# 110 MB; 2026-12-07). 64: 16,384 rows for the quantizer's bounds, 1,024 for 16 partitions' centroids.
+HNSW_SAMPLE_RATE = 64
 
 
 def delta_allowance(indexed: int, max_deltas: int) -> int:
