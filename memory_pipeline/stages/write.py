@@ -281,11 +281,10 @@ def write_vectors(
         # index again, as it rebuilds the full-text one: its rows were all replaced, and a changed
         # ``ann.index_type`` takes effect.
         ann = store.ensure_ann(settings.ann, rebuild=force and not segments.ann, fold_rest=bool(segments.ann)).get("ann", "")
-        if fts_folded and ann != "built":
-            stats.ann_folds = segments.folds + 1 + (ann == "folded")
+        stats.ann_folds = segments.folds + (ann == "folded")
+        if fts_folded and ann != "built":  # a retrain replaced that delta
+            stats.ann_folds += 1
             ann = "folded"
-        else:
-            stats.ann_folds = segments.folds + (ann == "folded")
         stats.ann = first_built(segments.ann, ann) if segments.ann else ann
     else:
         stats.fts = "unchanged"

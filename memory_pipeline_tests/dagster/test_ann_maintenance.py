@@ -31,13 +31,17 @@ def _vectors_meta(result) -> dict:
     raise AssertionError("memory_vectors not materialized")
 
 
+def _write_notes(mem: Path, numbers: range) -> None:
+    """One-chunk notes ``note-NNNN.md`` on the topics, one per number."""
+    for i in numbers:
+        (mem / f"note-{i:04d}.md").write_text(f"# Note {i}\n\nAbout {TOPICS[i % len(TOPICS)]}: entry {i} with detail {i * 7 % 13}.\n")
+
+
 def _notes(tmp_path: Path, n: int) -> Path:
     """``n`` one-chunk notes on the topics in tmp_path/mem, and a config with ann.min_rows 256."""
     mem = tmp_path / "mem"
     mem.mkdir()
-    for i in range(n):
-        topic = TOPICS[i % len(TOPICS)]
-        (mem / f"note-{i:04d}.md").write_text(f"# Note {i}\n\nAbout {topic}: entry {i} with detail {i * 7 % 13}.\n")
+    _write_notes(mem, range(n))
     return write_config(tmp_path / "memory_pipeline.yaml", ann={"min_rows": 256})
 
 
@@ -135,8 +139,7 @@ def test_a_later_run_folds_its_segments_into_a_table_with_a_full_text_index_and_
         assert first.success and _vectors_meta(first)["ann_folds"] >= 1
         assert any(idx.name == f"{FTS_COLUMN}_idx" for idx in store.open().list_indices())
         deltas_before = store.open().index_stats(store.vector_index().name).num_indices
-        for i in range(700, 1400):
-            (tmp_path / "mem" / f"note-{i:04d}.md").write_text(f"# Note {i}\n\nAbout {TOPICS[i % len(TOPICS)]}: entry {i} with detail {i * 7 % 13}.\n")
+        _write_notes(tmp_path / "mem", range(700, 1400))
         grown = dg.materialize(index_assets, instance=instance, resources=resources, run_config=LOGGERS, tags=dict(FULL_RANGE_TAGS))
         meta = _vectors_meta(grown)
         # 700 new rows in segments of 300: two folds while the run writes, the rest at its end.
@@ -193,8 +196,7 @@ def test_a_table_under_the_threshold_gets_its_vector_index_as_soon_as_a_run_cros
         assert small.success and _vectors_meta(small)["ann"] == "exact"
         store = VectorStore(settings.lancedb_uri, settings.table_name)
         assert store.vector_index() is None and any(idx.name == f"{FTS_COLUMN}_idx" for idx in store.open().list_indices())
-        for i in range(200, 1000):
-            (tmp_path / "mem" / f"note-{i:04d}.md").write_text(f"# Note {i}\n\nAbout {TOPICS[i % len(TOPICS)]}: entry {i} with detail {i * 7 % 13}.\n")
+        _write_notes(tmp_path / "mem", range(200, 1000))
         grown = dg.materialize(index_assets, instance=instance, resources=resources, run_config=LOGGERS, tags=dict(FULL_RANGE_TAGS))
     meta = _vectors_meta(grown)
     # Built once, past 256 rows by at most a group of the run's pieces: not over the 200 old rows
