@@ -94,7 +94,14 @@ def _failed_run(settings, err: BaseException) -> dict:
         errors = run_errors(settings, SHARD_KEYS)
     except Exception:  # noqa: BLE001 - the records themselves may be what failed
         errors = []
-    message = str(err) if isinstance(err, MemoryPipelineError) else f"unexpected error: {type(err).__name__}: {err}"
+    if isinstance(err, MemoryPipelineError):
+        message = str(err)
+    elif isinstance(err, OSError):
+        from memory_pipeline.storage import one_line
+
+        message = one_line(f"{type(err).__name__}: {err}", 500)
+    else:
+        message = f"unexpected error: {type(err).__name__}: {err}"
     return {"ok": False, "error": message, "hint": getattr(err, "hint", ""), "skipped_run": False, "errors": errors}
 
 
@@ -497,12 +504,10 @@ def cmd_config(args) -> int:
 
 
 def cmd_analytics(args) -> int:
-    from memory_pipeline import storage
-    from memory_pipeline.stores.analytics import query
+    from memory_pipeline.stores.analytics import query, up_to_date
 
     settings = _settings(args)
-    if not storage.of(settings).analytics_db.is_file():
-        raise MemoryPipelineError(f"no analytics database at {storage.of(settings).analytics_db}", hint="run `memory index` first")
+    up_to_date(settings)
     try:
         if args.sql:
             rows = query(settings, args.sql).to_pylist()
@@ -843,6 +848,16 @@ def main(argv: list[str] | None = None, *, hooks=None) -> int:
         # The reader (`| head`) went away: not an error of ours; keep Python from complaining at exit.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as err:
+        # The disk, the file system or the object store, not this program (a broken pipe is handled above, and
+        # the object store's errors that are told apart are StoreErrors): what failed, on one line.
+        from memory_pipeline.storage import one_line
+
+        print(
+            f"[ERROR] {shown(one_line(f'{type(err).__name__}: {err}', 500))} (a file or storage error: check the data folder's disk and permissions, or the object store's address and credentials)",
+            file=sys.stderr,
+        )
+        return 1
     except Exception as err:  # noqa: BLE001 - a bug of ours: one line, never a traceback
         print(
             f"[ERROR] unexpected error: {type(err).__name__}: {shown(err)} (a bug in memory_pipeline: please report it with the command you ran)",

@@ -74,6 +74,14 @@ class StoreError(MemoryPipelineError):
     """The vector table or the embedding cache failed."""
 
 
+class ObjectStoreError(StoreError, OSError):
+    """A read or write of object storage failed (the store unreachable, access denied, no
+    credentials found): an ``OSError`` to the code that retries it or tells it from a missing
+    object, and one line with a hint to the user, not "a bug"."""
+
+    hint = "check the AWS credentials and AWS_ENDPOINT_URL in the environment, and that the store is up"
+
+
 class IndexMismatchError(StoreError):
     """The table was built with another model or dimension."""
 

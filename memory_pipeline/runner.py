@@ -254,8 +254,26 @@ def _failure(result, results: RunResults) -> MemoryPipelineError:
             hint='see `memory analytics --sql "SELECT * FROM problems"`; `memory index --force` repairs the table',
         )
     failures = [e.step_failure_data.error for e in result.all_events if e.is_step_failure and e.step_failure_data.error]
-    first = (failures[0].message.strip().splitlines() or ["unknown error"])[0] if failures else "unknown error"
+    first = step_error(failures[0]) if failures else "unknown error"
     return MemoryPipelineError(f"the index run failed: {first}", hint="see the run in the Dagster UI (make ui)")
+
+
+def step_error(error) -> str:
+    """A failed step's error (Dagster's ``SerializableErrorInfo``) on one line: its message and, where
+    Dagster wrapped the error that failed it ("Error occurred while handling output "result" of step
+    "memory_chunks":", an object store gone mid-write), that error too: the cause is what the user
+    can act on. URLs' user names and passwords are left out."""
+    from memory_pipeline.storage import one_line
+
+    def line(err) -> str:
+        text = (err.message or "").strip()
+        return one_line(text.splitlines()[0] if text else "")
+
+    top, root, depth = line(error), error, 0
+    while getattr(root, "cause", None) is not None and depth < 10:  # bounded: a cause chain is short
+        root, depth = root.cause, depth + 1
+    under = line(root) if root is not error else ""
+    return (f"{top} {under}" if under and under not in top else top) or "unknown error"
 
 
 def _record_run(settings: Settings, summary: RunSummary) -> None:

@@ -56,6 +56,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
+from memory_pipeline.errors import ObjectStoreError
+
 if TYPE_CHECKING:
     import polars as pl
     import pyarrow as pa
@@ -789,7 +791,7 @@ def _object_store(endpoint: str, region: str, allow_http: bool) -> pafs.FileSyst
             from memory_pipeline.errors import ConfigError
 
             raise ConfigError(
-                f"AWS_ENDPOINT_URL {endpoint} is plain http, which is refused unless AWS_ALLOW_HTTP=true",
+                f"AWS_ENDPOINT_URL {shown_endpoint(endpoint)} is plain http, which is refused unless AWS_ALLOW_HTTP=true",
                 hint="export AWS_ALLOW_HTTP=true for a test server on a trusted network, or use its https:// address",
             )
         kwargs["endpoint_override"] = parts.netloc
@@ -797,6 +799,16 @@ def _object_store(endpoint: str, region: str, allow_http: bool) -> pafs.FileSyst
     if region:
         kwargs["region"] = region
     return pafs.S3FileSystem(**kwargs)  # credentials: the AWS SDK's default chain (environment, profile, instance)
+
+
+def shown_endpoint(endpoint: str) -> str:
+    """An endpoint as messages may show it: without a user name or password in it
+    (``http://user:secret@host:9000`` -> ``http://host:9000``)."""
+    parts = urlsplit(endpoint if "://" in endpoint else f"//{endpoint}")
+    if "@" not in parts.netloc:
+        return endpoint
+    host = parts.netloc.rpartition("@")[2]
+    return parts._replace(netloc=host).geturl().removeprefix("//")
 
 
 def _aws_env() -> tuple[str, str, bool]:
@@ -827,7 +839,7 @@ def _check_bucket(bucket: str, endpoint: str) -> None:
 
     from memory_pipeline.errors import ConfigError, StoreError
 
-    where = f" at {endpoint}" if endpoint else ""
+    where = f" at {shown_endpoint(endpoint)}" if endpoint else ""
     try:
         info = object_store().get_file_info(bucket)
     except OSError as err:
@@ -848,8 +860,18 @@ os.register_at_fork(after_in_child=_check_bucket.cache_clear)
 
 
 def _reason(err: BaseException) -> str:
-    """An error's message on one line, at most 300 characters (SDK messages span lines)."""
-    return " ".join(str(err).split())[:300]
+    """An error's message on one line, at most 300 characters (SDK messages span lines), without
+    the user name and password of any URL in it (an endpoint given as ``http://user:secret@host``)."""
+    return one_line(str(err))
+
+
+def one_line(text: str, limit: int = 300) -> str:
+    """``text`` on one line, at most ``limit`` characters, without the user name and password of any
+    URL in it."""
+    return _USERINFO.sub("//", " ".join(text.split()))[:limit]
+
+
+_USERINFO = re.compile(r"//[^/@\s]*@")
 
 
 def _code(err: BaseException) -> str:
@@ -872,7 +894,7 @@ def _s3_client():
     try:
         return _boto_client(endpoint, region, aws)
     except (BotoCoreError, ValueError) as err:
-        raise OSError(f"cannot make an S3 client: {_reason(err)}") from None
+        raise ObjectStoreError(f"cannot make an S3 client: {_reason(err)}") from None
 
 
 @lru_cache(maxsize=4)
@@ -910,7 +932,7 @@ def get_object(path: str, client=None) -> tuple[bytes, str] | None:
     except (ClientError, BotoCoreError) as err:
         if _code(err) in ("NoSuchKey", "404"):
             return None
-        raise OSError(f"s3://{path}: {_reason(err)}") from None
+        raise ObjectStoreError(f"s3://{path}: {_reason(err)}") from None
 
 
 def _set_aside(path: str, etag: str, aside: str) -> bool:
@@ -940,15 +962,15 @@ def _set_aside(path: str, etag: str, aside: str) -> bool:
 def _put_if(client, bucket: str, key: str, text: str, etag: str | None) -> bool:
     """Write the object if it is still the version read (``etag``; None: if it still does not
     exist); False when another writer changed it first."""
-    from botocore.exceptions import ClientError
+    from botocore.exceptions import BotoCoreError, ClientError
 
     condition = {"IfMatch": etag} if etag else {"IfNoneMatch": "*"}
     try:
         client.put_object(Bucket=bucket, Key=key, Body=text.encode(), **condition)
-    except ClientError as err:
+    except (ClientError, BotoCoreError) as err:
         if _code(err) in ("PreconditionFailed", "ConditionalRequestConflict", "412", "409"):
             return False
-        raise
+        raise ObjectStoreError(f"s3://{bucket}/{key}: {_reason(err)}") from None
     return True
 
 

@@ -461,6 +461,49 @@ def refresh_runs(settings: Settings) -> bool:
         tmp.with_name(tmp.name + ".wal").unlink(missing_ok=True)
 
 
+def up_to_date(settings: Settings) -> Path:
+    """The analytics database ``memory analytics`` reads, rebuilt first where it may be behind.
+
+    In a local data folder every run rebuilds it (a run that finds nothing changed has nothing to
+    add), so it is read as it is; one that is missing (deleted, or a copy of the folder without it)
+    is built from the assets and the table. On object storage the database is this machine's
+    (under ``local_dir``) while other machines' runs change the bucket: it is rebuilt whenever the
+    bucket's assets, table or ledgers changed since it was built (``refresh_analytics``'s
+    fingerprint: a few listings when nothing did), after the bucket itself is checked, so an
+    unreachable store is an error, not an old answer.
+    """
+    from memory_pipeline.errors import MemoryPipelineError
+
+    data = storage.of(settings)
+    final = data.analytics_db
+    if data.remote:
+        storage.check_bucket(data.remote)
+    elif final.is_file():
+        return final
+    if not data.partition_files("source_files"):
+        raise MemoryPipelineError(f"nothing is indexed at {data.location} yet (no analytics database)", hint="run `memory index` first")
+    model, table_name = _identity(settings)
+    refresh_analytics(settings, model, table_name)
+    return final
+
+
+def _identity(settings: Settings) -> tuple[str, str]:
+    """The model and table an index run with this configuration writes (as its coverage step asks
+    about them); the current generation's where the provider cannot be resolved here (a paid
+    provider's key is not needed to read the coverage)."""
+    from memory_pipeline.changes import EmbeddingIdentity
+    from memory_pipeline.errors import MemoryPipelineError
+    from memory_pipeline.providers.registry import resolve_provider
+    from memory_pipeline.stores import generations
+
+    try:
+        ident = EmbeddingIdentity.of(resolve_provider(settings))
+        return ident.model, generations.table_for(settings, ident.meta())
+    except MemoryPipelineError:
+        name, record = generations.current(settings)
+        return str(record.get("model") or ""), name
+
+
 def query(settings: Settings, sql: str) -> pa.Table:
     """Run one read-only query against the analytics database (from any directory)."""
     import duckdb

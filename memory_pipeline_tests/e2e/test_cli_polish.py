@@ -138,3 +138,26 @@ def test_copied_data_folder_keeps_analytics_working(indexed_once, tmp_path: Path
     # From any other directory every table still answers; only the memory_chunks view needs the data folder.
     away = _plain_duckdb(copy, cwd=tmp_path)
     assert set(away["failed"]) == {"memory_chunks"} and away["counts"]["runs"] == 1
+
+
+def test_analytics_builds_a_missing_database_and_says_when_nothing_is_indexed(tmp_path: Path):
+    """A data folder whose analytics database is gone (deleted, or a copy without it) answers
+    `memory analytics` anyway: it was a dead end, as `memory index` finds nothing changed and
+    builds nothing. A folder never indexed says so."""
+    mem = tmp_path / "mem"
+    mem.mkdir()
+    for i in range(3):
+        (mem / f"2026-04-0{i + 1}.md").write_text(f"# Day {i}\n\nThe kiln reached {900 + i} degrees on day {i}.\n")
+    cfg = write_config(tmp_path / "memory_pipeline.yaml")
+    never = run_cli("analytics", "--config", str(cfg))
+    assert never.returncode == 1 and "nothing is indexed" in never.stderr and "run `memory index` first" in never.stderr, never.stderr
+    assert len(never.stderr.strip().splitlines()) == 1 and not (tmp_path / "index" / "analytics.duckdb").exists()
+    assert run_cli("index", "--config", str(cfg)).returncode == 0
+    db = tmp_path / "index" / "analytics.duckdb"
+    db.unlink()
+    assert json.loads(run_cli("index", "--config", str(cfg), "--json").stdout)["skipped_run"] is True
+    assert not db.exists()
+    rows = run_json(
+        "analytics", "--config", str(cfg), "--json", "--sql", "SELECT sum(files_indexed)::BIGINT AS n, (SELECT count(*) FROM runs) AS runs FROM coverage"
+    )["rows"]
+    assert rows == [{"n": 3, "runs": 2}] and db.is_file()

@@ -386,6 +386,68 @@ def test_a_missing_bucket_is_one_clear_error_for_every_command(tmp_path: Path):
             assert "Traceback" not in err and "a bug" not in err and len(err.splitlines()) == 1, (args, err)
 
 
+def _count(proc) -> int:
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    [row] = json.loads(proc.stdout)["rows"]
+    return int(next(iter(row.values())))
+
+
+def test_analytics_on_another_machine_reads_the_buckets_state_and_store_faults_are_one_line(tmp_path: Path):
+    """Each machine's analytics database is its own (under its ``local_dir``), the bucket is everyone's:
+    `memory analytics` answers from the bucket as it is now, on a machine that never indexed and
+    after another machine's run, and a store it cannot reach is an error, not an old answer. A store
+    without credentials, or gone mid-run, is one line that names the cause, never "a bug", and an
+    endpoint's password is never printed."""
+    import os
+    import socket
+
+    _write(tmp_path / "mem", NOTES)
+    here = write_config(tmp_path / "here.yaml", data_dir="s3://memory/team", local_dir="local_here")
+    there = write_config(tmp_path / "there.yaml", data_dir="s3://memory/team", local_dir="local_there")
+    files_sql = ["--sql", "SELECT sum(files_indexed) AS n FROM coverage", "--json"]
+    runs_sql = ["--sql", "SELECT count(*) AS n FROM runs", "--json"]
+    with s3_server("memory") as env:
+        assert run_cli("index", "--config", str(here), env=env).returncode == 0
+        # A machine that never indexed: its analytics is built from the bucket (it told the user to
+        # run `memory index`, which found nothing to do and built nothing).
+        assert not (tmp_path / "local_there" / "analytics.duckdb").exists()
+        assert _count(run_cli("analytics", "--config", str(there), *files_sql, env=env)) == len(NOTES)
+        # That machine indexes a new note; the first machine's analytics sees it and that run.
+        _write(tmp_path / "mem", {"notes/2026-03-06.md": "# Wombats\n\nThe wombat conference is in Hobart.\n"})
+        assert run_cli("index", "--config", str(there), env=env).returncode == 0
+        assert _count(run_cli("analytics", "--config", str(here), *files_sql, env=env)) == len(NOTES) + 1
+        assert _count(run_cli("analytics", "--config", str(here), *runs_sql, env=env)) == 2
+
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            dead = f"http://127.0.0.1:{sock.getsockname()[1]}"  # nothing listens there
+        faults = {
+            "store down": ({**env, "AWS_ENDPOINT_URL": dead}, "cannot reach the bucket memory"),
+            "password in the endpoint": ({**env, "AWS_ENDPOINT_URL": dead.replace("//", "//admin:hunter2@")}, "cannot reach the bucket memory"),
+        }
+        for what, (fault_env, said) in faults.items():
+            for args in (["analytics", *files_sql], ["status"], ["index"]):
+                proc = run_cli(*args, "--config", str(here), env=fault_env)
+                err = proc.stderr.strip()
+                assert proc.returncode == 1 and proc.stdout.strip() == "", (what, args, proc.stdout, err)
+                assert said in err and "Traceback" not in err and "a bug" not in err and len(err.splitlines()) == 1, (what, args, err)
+                assert "hunter2" not in err, (what, args, err)
+
+        # No credentials anywhere (no keys, no profile files): the bucket check may pass (moto lets an
+        # anonymous request list it), the first signed read cannot.
+        bare = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+        bare |= {k: v for k, v in env.items() if k not in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
+        bare |= {"AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"), "AWS_CONFIG_FILE": str(tmp_path / "none"), "HF_HUB_OFFLINE": "1"}
+        for args in (["index"], ["index", "--json"], ["status"], ["analytics"]):
+            proc = run_cli(*args, "--config", str(here), env=bare, inherit_env=False)
+            err = proc.stderr.strip()
+            out = json.loads(proc.stdout) if args[-1] == "--json" else None
+            assert proc.returncode == 1, (args, proc.stdout, err)
+            text = out["error"] if out else err
+            assert "credentials" in text.lower() and "unexpected error" not in text and "a bug" not in text, (args, text)
+            assert "Traceback" not in err, (args, err)
+
+
 def test_ledgers_on_object_storage_are_compacted_without_losing_or_repeating_a_line(tmp_path: Path, monkeypatch):
     """Writers merge loose line objects into segments (and segments into one) while others append
     and read: every read is in order, holds no line twice and every line appended before it began."""
