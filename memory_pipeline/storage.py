@@ -263,6 +263,8 @@ class DataStore:
             try:
                 piece = conform(parquet.read_row_group(i, columns=columns), schema)
             except (pa.ArrowException, OSError, ValueError) as err:
+                if os_fault(err):
+                    raise  # unreadable here (permissions, the disk), not damaged: left where it is
                 # Damaged inside: set aside like a damaged file's whole read, but raised, since the
                 # pieces before it were read already (half a shard is not an empty one).
                 raise self._set_aside_damaged(asset, shard, suffix, got[1] if self.remote and got is not None else "", err) from err
@@ -1061,8 +1063,17 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=schema)
 
 
+def os_fault(err: BaseException) -> bool:
+    """Whether a failed read is the system's (permission denied, an I/O error of the disk: an
+    ``OSError`` with an errno), not the file's content: Arrow raises a damaged Parquet file's
+    errors without one (``ArrowInvalid``, or ``OSError: Couldn't deserialize thrift``). A file
+    that cannot be read here is not damaged and must not be set aside as damaged."""
+    return isinstance(err, OSError) and err.errno is not None
+
+
 def read_parquet(path: Path, schema: pa.Schema | None) -> pa.Table:
-    """The file as ``schema``, or an empty table when it is missing or damaged.
+    """The file as ``schema``, or an empty table when it is missing or damaged (an unreadable one,
+    :func:`os_fault`, raises).
 
     Columns the file lacks (written before they existed) are filled with nulls, or
     empty strings for non-nullable string columns; columns it has beyond the schema
@@ -1078,6 +1089,8 @@ def read_parquet(path: Path, schema: pa.Schema | None) -> pa.Table:
         table = _read_columns(path, schema)
         return table if schema is None else conform(table, schema)
     except (pa.ArrowException, OSError, ValueError) as err:
+        if os_fault(err):
+            raise  # the file cannot be read here, which is not damage: it stays where it is
         aside = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}")
         try:
             os.replace(path, aside)

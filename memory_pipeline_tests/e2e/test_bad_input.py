@@ -102,3 +102,31 @@ def test_large_markdown_under_the_limit_is_indexed_in_bounded_memory(tmp_path: P
     assert summary["mode"] == "fts-only"
     assert out["maxrss_kb"] < 1_500_000  # generous: the point is it does not blow up with file size
     del resource
+
+
+def test_an_unreadable_data_file_is_an_error_that_names_it_and_it_is_not_set_aside(tmp_path: Path):
+    """A partition file of the data folder that this user cannot read (permissions) is not damaged:
+    it was moved aside as "damaged" (by `memory status`, a command that only reads) and its work
+    redone. Now every command that needs it says which file and what to check, in one line, exit 1,
+    and leaves it where it is; once readable again, nothing was lost."""
+    mem = tmp_path / "mem"
+    mem.mkdir()
+    (mem / "kiln.md").write_text("# Kiln\n\nThe kiln reached 1,200 degrees on the third firing.\n")
+    cfg = write_config(tmp_path / "memory_pipeline.yaml")
+    assert run_cli("index", "--config", str(cfg)).returncode == 0
+    for path in tmp_path.rglob("*"):  # the unprivileged child may read and write the rest
+        path.chmod(0o777 if path.is_dir() else 0o666)
+    # The partition holding the note (every shard has a file; the others are empty).
+    locked = max((tmp_path / "index" / "assets" / "source_files").glob("*.parquet"), key=lambda p: p.stat().st_size)
+    locked.chmod(0)
+    for args in (["status"], ["index"], ["index", "--force"]):
+        proc = run_cli(*args, "--config", str(cfg), honor_permissions=True)
+        err = proc.stderr.strip()
+        assert proc.returncode == 1, (args, proc.stdout, err)
+        assert str(locked) in err and "Permission denied" in err and "Traceback" not in err and "a bug" not in err, (args, err)
+        assert "[ERROR]" in err and len([line for line in err.splitlines() if "[ERROR]" in line]) == 1, (args, err)
+        # Left where it is: nothing set aside as damaged (a forced run writes the other shards' files).
+        assert locked.is_file() and not list(tmp_path.rglob("*.corrupt-*")), (args, sorted(p.name for p in locked.parent.iterdir()))
+    locked.chmod(0o644)
+    again = run_json("index", "--config", str(cfg), "--json")
+    assert again["chunks_embedded"] == 0 and again["files_changed"] == 0, again
