@@ -131,6 +131,16 @@ def walk_source(source: SourceConfig, max_file_bytes: int) -> Iterator[Discovere
         for name, st in entries:
             rel = f"{rel_dir}/{name}" if rel_dir else name
             abs_path = os.path.join(current, name)
+            if not _utf8(name):
+                # Bytes that are not UTF-8 (a Latin-1 name copied from an old disk): no record,
+                # id, Parquet file or table can hold the name, so it is reported, shown escaped.
+                folder = not isinstance(st, OSError) and stat_mod.S_ISDIR(st.st_mode)
+                shown_rel = escaped_name(rel) + ("/" if folder else "")
+                if folder or is_selected(rel, source):
+                    kind = "folder" if folder else "file"
+                    reason = f"the {kind} name is not valid UTF-8; not indexed (rename the {kind} to index {'what it holds' if folder else 'it'})"
+                    yield _bad(source, shown_rel, escaped_name(abs_path), "failed", reason)
+                continue
             if isinstance(st, OSError):
                 yield _bad(source, rel, abs_path, "failed", f"cannot stat: {st.strerror or st}")
                 continue
@@ -182,6 +192,22 @@ def walk_source(source: SourceConfig, max_file_bytes: int) -> Iterator[Discovere
                 status=status,
                 reason=reason,
             )
+
+
+def _utf8(name: str) -> bool:
+    """Whether a name read from the file system is text (Python decodes bytes that are not UTF-8
+    as lone surrogates, which nothing downstream can store)."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def escaped_name(name: str) -> str:
+    """A file system name as text that can be stored and shown: bytes that are not UTF-8 as
+    ``\\xNN`` (``caf\\xe9.md``)."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 @lru_cache(maxsize=65536)  # a path is checked once per process, not on every walk (up to 65,536 paths)

@@ -332,7 +332,7 @@ def per_partition_keys(asset: str) -> set[str]:
     if asset in counts:
         keys |= set(additive(counts[asset]))
     if asset == "chunk_embeddings":
-        keys |= {"chunks", "unique", "cached", "embedded"}
+        keys |= {"chunks", "unique", "cached", "embedded", "tokens_total"}
     return keys - {"table_rows"}
 
 
@@ -342,8 +342,13 @@ def asset_metadata(result, asset: str) -> dict:
     parts = list(partition_metadata(result, asset).values())
     meta = dict(parts[0])
     if len(parts) > 1:
-        for key in per_partition_keys(asset) & set(meta):
+        summed = per_partition_keys(asset) & set(meta)
+        for key in summed:
             meta[key] = sum(p[key] for p in parts)
+        # The run's numbers, named as the run's on each partition (``defs.assets.run_level``).
+        for key in [k for k in meta if k.startswith("run_")]:
+            if key.removeprefix("run_") not in summed:
+                meta[key.removeprefix("run_")] = meta[key]
     return meta
 
 

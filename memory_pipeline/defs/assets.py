@@ -225,6 +225,19 @@ def _frames(
     return ShardFrames(guarded(), metadata)
 
 
+def run_level(context: dg.AssetExecutionContext, metadata: dict, *, keep: set[str]) -> None:
+    """In a run over several partitions, name the run's numbers as the run's (``run_<key>``): the
+    output's metadata goes on every partition's materialization, where a run's tokens, cost,
+    seconds, requests or batch jobs would read as each partition's (the cost counted once per
+    partition). Each partition gets its own numbers under the plain names (``add_asset_metadata``
+    per partition); the ``keep`` keys (what the run embedded with) stay as they are. In a
+    one-partition run the run is the partition: nothing is renamed."""
+    if len(context.partition_keys) <= 1:
+        return
+    for key in [k for k in metadata if k not in keep and not k.startswith("dagster/")]:
+        metadata[f"run_{key}"] = metadata.pop(key)
+
+
 def _partition_numbers(context: dg.AssetExecutionContext, key: str, per_shard: Mapping[str, Mapping[str, int]]) -> None:
     """Each shard's own numbers on its partition's materialization of ``key``."""
     for shard, numbers in per_shard.items():
@@ -467,6 +480,13 @@ def chunk_embeddings(
                 **_batch_metadata(counts),
             }
         )
+        # Each partition's share of the estimated cost, by its tokens (a shard's own numbers, as its
+        # chunks and tokens are: ``stages.embed_chunks``'s ``per_shard``).
+        run_cost, spent = cost["estimated_cost_usd"], sum(n.get("tokens_total", 0) for n in per_shard.values())
+        for shard, numbers in per_shard.items():
+            share = None if run_cost is None else (run_cost * numbers.get("tokens_total", 0) / spent if spent else 0.0)
+            context.add_asset_metadata({"est_cost_usd": share}, asset_key="chunk_embeddings", partition_key=shard)
+        run_level(context, metadata, keep={"provider", "model", "dims", "mode", "requested_provider", "fallback_reason"})
 
     def stream() -> Iterator[tuple[str, Any]]:
         try:

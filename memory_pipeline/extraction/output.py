@@ -26,11 +26,24 @@ _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f\x80-\x84\x86-\x9f]")
 _LABEL_SPACE = re.compile(r"\s+")
 
 
+# Lone UTF-16 surrogates: no character, and not encodable as UTF-8 (Arrow, LanceDB and every file
+# refuse them). Only a JSON escape (``"\ud800"``) or a decoder's ``surrogateescape`` makes them.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def clean_text(text: str) -> tuple[str, int]:
-    """The text without control characters (newlines kept), and how many were removed."""
+    """The text without control characters (newlines kept) and with each lone surrogate replaced
+    by U+FFFD, and how many characters were removed or replaced."""
     if "\r" in text:
         text = text.replace("\r\n", "\n").replace("\r", "\n")
-    return _CONTROL.subn("", text)
+    text, replaced = _SURROGATE.subn("\ufffd", text)
+    text, removed = _CONTROL.subn("", text)
+    return text, removed + replaced
+
+
+def surrogates(text: str) -> int:
+    """How many lone surrogates ``text`` holds (what :func:`clean_text` replaces)."""
+    return len(_SURROGATE.findall(text))
 
 
 def clean_label(label: str) -> str:
@@ -73,7 +86,9 @@ def finish(segments: list[Segment], options: MediaOptions, note: list[Segment] |
     """The one place every extracted segment (and a media file's note) is cleaned, redacted and capped."""
     out = Segments()
     out.warning = getattr(segments, "warning", "")
+    invalid = 0
     for seg in [*(note or []), *segments]:
+        invalid += surrogates(seg.text) + surrogates(seg.label)
         text, _ = clean_text(seg.text)
         if not text.strip():
             continue
@@ -83,4 +98,6 @@ def finish(segments: list[Segment], options: MediaOptions, note: list[Segment] |
         except Exception as err:  # fail closed: text that could not be redacted is never stored
             raise ExtractionError("", f"secret redaction failed ({type(err).__name__}: {err}); not indexed") from err
         out.append(replace(seg, text=text, label=label) if (text, label) != (seg.text, seg.label) else seg)
+    if invalid:
+        out.warn(f"replaced {invalid} invalid character(s) (unpaired UTF-16 surrogates, as in a JSON \\ud800 escape) with U+FFFD")
     return cap_segments(out, options)

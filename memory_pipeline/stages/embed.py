@@ -177,21 +177,32 @@ def _embed_wave(settings, provider, ident, hooks, wave: list[tuple[str, pl.DataF
     finally:
         if cache is not None:
             cache.close()
-    del texts, tokens, shards_of, media
-    return list(_frames([(s, t.get_column("content_hash")) for s, t in wave], vectors, ident.dims, cached, per_shard))
+    del texts, shards_of, media
+    return list(_frames([(s, t.get_column("content_hash")) for s, t in wave], vectors, ident.dims, cached, per_shard, tokens))
 
 
 def _frames(
-    columns: list[tuple[str, pl.Series]], vectors: dict[str, np.ndarray], dims: int, cached: set[str], per_shard: dict[str, dict[str, int]]
+    columns: list[tuple[str, pl.Series]],
+    vectors: dict[str, np.ndarray],
+    dims: int,
+    cached: set[str],
+    per_shard: dict[str, dict[str, int]],
+    tokens: Mapping[str, int],
 ) -> Iterator[tuple[str, pl.DataFrame]]:
     for s, column in columns:
         unique = set(column.to_list())
         # Chunks still in a running batch job get no vector yet: their files wait (memory_vectors skips them).
         hashes = sorted(h for h in unique if h in vectors)
-        from_cache = sum(1 for h in hashes if h in cached)
+        fresh = [h for h in hashes if h not in cached]
         # A shard in pieces adds up its pieces' numbers (a text two pieces share counts in both).
-        got = per_shard.setdefault(s, {"chunks": 0, "unique": 0, "cached": 0, "embedded": 0})
-        for k, v in (("chunks", len(column)), ("unique", len(unique)), ("cached", from_cache), ("embedded", len(hashes) - from_cache)):
+        got = per_shard.setdefault(s, {"chunks": 0, "unique": 0, "cached": 0, "embedded": 0, "tokens_total": 0})
+        for k, v in (
+            ("chunks", len(column)),
+            ("unique", len(unique)),
+            ("cached", len(hashes) - len(fresh)),
+            ("embedded", len(fresh)),
+            ("tokens_total", sum(tokens.get(h, 0) for h in fresh)),  # what this shard's new vectors cost in tokens
+        ):
             got[k] += v
         # Stacked straight into float32: a copy after the stack (``astype``) held a shard's vectors
         # twice, +96 MB at a million chunks (62,500 to a shard).

@@ -219,6 +219,16 @@ def test_each_partition_reports_its_own_numbers(made, request):
     assert sum(m["rows_written"] for m in meta["memory_vectors"].values()) == sum(rows.values())
     # What stays the run's or the asset's: the whole asset's rows, the same on every partition.
     assert len({m["dagster/row_count"] for m in meta["memory_chunks"].values()}) == 1
+    # Tokens and cost are each shard's own (they were the run's on every partition: an empty shard
+    # said the run's tokens, and a paid provider's cost showed once per partition); what only the
+    # run has (seconds, requests, batch jobs) is named as the run's.
+    emb = meta["chunk_embeddings"]
+    for shard in SHARD_KEYS:
+        assert (emb[shard]["tokens_total"] > 0) == (emb[shard]["embedded"] > 0), (shard, emb[shard])
+        assert emb[shard]["est_cost_usd"] == 0.0, shard  # the local model costs nothing
+        assert {"tokens", "embed_seconds", "requests", "retries"}.isdisjoint(emb[shard]), (shard, sorted(emb[shard]))
+        assert {"run_tokens_total", "run_embed_seconds", "run_requests", "run_est_cost_usd", "provider", "model"} <= set(emb[shard]), shard
+    assert sum(m["tokens_total"] for m in emb.values()) == emb["00"]["run_tokens_total"] > 0
 
 
 def test_problem_lists_are_table_metadata(built):

@@ -130,3 +130,36 @@ def test_an_unreadable_data_file_is_an_error_that_names_it_and_it_is_not_set_asi
     locked.chmod(0o644)
     again = run_json("index", "--config", str(cfg), "--json")
     assert again["chunks_embedded"] == 0 and again["files_changed"] == 0, again
+
+
+def test_a_name_that_is_not_utf8_and_a_json_surrogate_escape_fail_only_their_own_file(tmp_path: Path):
+    """Two ordinary things a memory folder holds stopped whole runs: a Latin-1 file name (`memory
+    scan` and `memory index` exited with a UnicodeEncodeError, nothing indexed) and a transcript
+    line with a JSON "\\ud800" escape (the shard's frame could not be built). Now the name is
+    reported, escaped, the escape becomes U+FFFD with a warning, and the rest is indexed."""
+    mem = tmp_path / "mem"
+    mem.mkdir()
+    (mem / "kiln.md").write_text("# Kiln\n\nThe kiln reached cone ten on the glaze firing.\n")
+    (mem / "chat.jsonl").write_text('{"role": "user", "content": "the wombat \\ud800 conference is in Hobart"}\n')
+    (mem / "doc.json").write_text('{"title": "x \\udfff y", "body": "the quokka census is on Rottnest"}\n')
+    with open(os.path.join(os.fsencode(mem), b"caf\xe9.md"), "wb") as fh:
+        fh.write(b"# Cafe\n\nlatin name\n")
+    os.mkdir(os.path.join(os.fsencode(mem), b"old\xff"))
+    with open(os.path.join(os.fsencode(mem), b"old\xff", b"inside.md"), "wb") as fh:
+        fh.write(b"# Inside\n\ninside a folder of a latin name\n")
+    cfg = write_config(tmp_path / "memory_pipeline.yaml")
+    scan = run_cli("scan", "--config", str(cfg))
+    assert scan.returncode == 0 and "caf\\xe9.md" in scan.stdout and "Traceback" not in scan.stderr, scan.stdout + scan.stderr
+    summary = run_json("index", "--config", str(cfg), "--json")
+    errors = {Path(e["path"]).name: e for e in summary["errors"]}
+    assert errors["caf\\xe9.md"]["status"] == "failed" and "not valid UTF-8" in errors["caf\\xe9.md"]["reason"], errors
+    assert errors["old\\xff"]["status"] == "failed" and "folder name" in errors["old\\xff"]["reason"], errors
+    for name in ("chat.jsonl", "doc.json"):
+        assert errors[name]["status"] == "partial" and "U+FFFD" in errors[name]["reason"], errors
+    for query, path in (("wombat conference Hobart", "chat.jsonl"), ("quokka census", "doc.json"), ("kiln glaze firing", "kiln.md")):
+        hits = run_json("search", query, "--config", str(cfg), "--json")["results"]
+        assert hits and hits[0]["path"].endswith(path), (query, hits[:2])
+    rows = table_rows(tmp_path / "index")
+    assert not [r for r in rows if "\ufffd" not in r["text"] and "wombat" in r["text"]]  # the escape is U+FFFD in the table
+    again = run_json("index", "--config", str(cfg), "--json")
+    assert again["chunks_embedded"] == 0 and again["files_changed"] == 0, again

@@ -7,6 +7,8 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from memory_pipeline.discovery import (
     SHARD_KEYS,
@@ -211,3 +213,50 @@ def test_sha256_file_matches_hashlib(tmp_path, size):
     f.write_bytes(data)
     assert sha256_file(str(f)) == hashlib.sha256(data).hexdigest()
     assert sha256_file(str(f), chunk_size=4096) == hashlib.sha256(data).hexdigest()
+
+
+_NAME_BYTES = st.binary(min_size=1, max_size=24).filter(lambda b: b"/" not in b and b"\x00" not in b and not b.startswith(b"."))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(files=st.lists(_NAME_BYTES, min_size=1, max_size=6, unique=True), folder=_NAME_BYTES)
+def test_any_bytes_in_a_file_or_folder_name_are_walked_and_every_record_is_text(tmp_path, files, folder):
+    """A name that is not UTF-8 (Latin-1 from an old disk) stopped `memory scan` and `memory index`
+    whole (UnicodeEncodeError hashing it into a shard). Every name now yields a record whose path
+    can be stored and hashed; a name that is not UTF-8 is reported failed, shown escaped, and so
+    is a folder of such a name (its contents are not walked); every other file is indexable."""
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(dir=tmp_path))
+    broot = os.fsencode(root)
+    for name in files:
+        with open(os.path.join(broot, name + b".md"), "wb") as fh:
+            fh.write(b"text\n")
+    os.mkdir(os.path.join(broot, folder + b".d"))
+    with open(os.path.join(broot, folder + b".d", b"inside.md"), "wb") as fh:
+        fh.write(b"text\n")
+    got = list(walk_source(SourceConfig(name="s", path=root, include=DEFAULT_INCLUDE, exclude=DEFAULT_EXCLUDE), 1000))
+    for f in got:
+        f.path.encode("utf-8"), f.abs_path.encode("utf-8")  # noqa: B018 - raises if not text
+        assert f.shard == shard_of("s", f.path)
+
+    def utf8(b: bytes) -> bool:
+        try:
+            b.decode("utf-8")
+        except UnicodeDecodeError:
+            return False
+        return True
+
+    by_path = {f.path: f for f in got}
+    for name in files:
+        if utf8(name):
+            assert by_path[os.fsdecode(name + b".md")].status == "ok", name
+        else:
+            shown = (name + b".md").decode("utf-8", "backslashreplace")
+            assert by_path[shown].status == "failed" and "not valid UTF-8" in by_path[shown].reason, name
+    if utf8(folder):
+        assert by_path[os.fsdecode(folder + b".d/inside.md")].status == "ok"
+    else:
+        assert by_path[(folder + b".d").decode("utf-8", "backslashreplace") + "/"].status == "failed"
+        assert not [p for p in by_path if p.endswith("/inside.md")]
+    assert len(got) == len(files) + 1
