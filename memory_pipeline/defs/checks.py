@@ -25,7 +25,19 @@ CHECKS = {
     "index_coverage_no_duplicates_check": (True, "every chunk id is stored once"),
     "index_coverage_single_model_check": (True, "one model and dimension in the table, the configured one"),
     "index_coverage_threshold_check": (False, "indexed files / indexable files >= checks.min_coverage"),
-    "index_coverage_fts_current_check": (False, "the full-text index exists and covers the table"),
+    "index_coverage_fts_current_check": (
+        False,
+        "the full-text index exists (rows added since its last fold, unindexed_rows, are searched by a scan until the next)",
+    ),
+    "index_coverage_rows_present_check": (False, "every file recorded as indexed has all its rows in the table"),
+}
+# What a failed check's result says to do (its description, beside the first problem's detail).
+REMEDY = {
+    "index_coverage_no_orphans_check": "the next `memory index` removes them; `memory index --force` rewrites every shard",
+    "index_coverage_no_duplicates_check": "`memory index --force` rewrites the shards whole, which stores each chunk once",
+    "index_coverage_single_model_check": "`memory index --force` rebuilds the table with the configured model",
+    "index_coverage_threshold_check": "`memory analytics` lists the files not indexed and why",
+    "index_coverage_rows_present_check": "the next `memory index` (or a run of the file's shard) writes them again",
 }
 
 
@@ -35,7 +47,12 @@ def evaluate(report: "CoverageReport", ident: "EmbeddingIdentity", min_coverage:
     def result(name: str, passed: bool, kind: str | None = None, **extra) -> dg.AssetCheckResult:
         paths = report.paths(kind) if kind else []
         meta = {"offending_paths": dg.MetadataValue.json(paths[:_MAX_PATHS]), "count": len(paths), **extra}
-        return dg.AssetCheckResult(asset_key=COVERAGE, check_name=name, passed=passed, metadata=meta)
+        description = None
+        if not passed:
+            first = (report.problems.get(kind) or [{}])[0] if kind else {}
+            what = f"{len(paths)} file(s), e.g. {first.get('path')}: {first.get('detail')}" if first else CHECKS[name][1]
+            description = f"{what}. {REMEDY[name]}" if name in REMEDY else what
+        return dg.AssetCheckResult(asset_key=COVERAGE, check_name=name, passed=passed, metadata=meta, description=description)
 
     wrong_dims = report.table_rows > 0 and report.table_dims != ident.dims
     return [
@@ -62,6 +79,7 @@ def evaluate(report: "CoverageReport", ident: "EmbeddingIdentity", min_coverage:
             None,
             unindexed_rows=report.fts_unindexed_rows,
         ),
+        result("index_coverage_rows_present_check", not report.problems.get("missing_rows"), "missing_rows"),
     ]
 
 

@@ -49,7 +49,7 @@ DUCKDB_MEMORY_LIMIT = "128MB"
 DUCKDB_CHECKPOINT = "1MB"
 DUCKDB_ALLOCATOR_FLUSH = "256KB"
 ROWS_BATCH = 8_192
-SCHEMA_VERSION = 1  # of the database's tables: a change rebuilds every cached database
+SCHEMA_VERSION = 2  # of the database's tables: a change rebuilds every cached database
 # The columns of the ledgers' tables before their first line (then: every key of the lines).
 USAGE_COLUMNS = 'run_id VARCHAR, provider VARCHAR, model VARCHAR, chunks BIGINT, tokens BIGINT, batch BOOLEAN, est_usd DOUBLE, "at" VARCHAR'
 RUNS_COLUMNS = "run_id VARCHAR, finished_at VARCHAR, files_seen BIGINT, files_changed BIGINT, table_rows BIGINT, errors BIGINT"
@@ -71,9 +71,13 @@ SELECT
     e.status AS extraction_status,
     s.sha256 AS indexed_sha256,
     coalesce(s.chunks, 0) AS chunks,
+    coalesce(v.table_rows, 0) AS table_rows,
     CASE
         WHEN m.status = 'skipped' THEN 'skipped'
         WHEN m.status = 'failed' THEN 'failed'
+        -- Recorded as indexed, but rows are missing from the table (deleted outside a run): not
+        -- indexed until a run of its shard writes them again (``problems``: missing_rows).
+        WHEN s.sha256 = m.sha256 AND coalesce(v.table_rows, 0) < s.chunks THEN 'pending'
         WHEN s.sha256 = m.sha256 THEN 'indexed'
         WHEN e.status = 'failed' THEN 'failed'
         ELSE 'pending'
@@ -83,6 +87,7 @@ SELECT
 FROM source_files m
 LEFT JOIN indexed_state s USING (doc_id)
 LEFT JOIN extraction_status e USING (doc_id)
+LEFT JOIN (SELECT doc_id, count(DISTINCT chunk_id) AS table_rows FROM vector_rows GROUP BY doc_id) v USING (doc_id)
 WHERE m.path <> ''
 """
 
@@ -128,6 +133,14 @@ WHERE v.file_sha256 <> split_part(f.sha256, '+', 1) GROUP BY v.doc_id  -- a medi
 UNION ALL
 SELECT 'zero_chunks', doc_id, path, 0, 'indexed, but no text to search'
 FROM file_status WHERE state = 'indexed' AND chunks = 0
+UNION ALL
+SELECT 'missing_rows', doc_id, path, chunks - table_rows,
+       'recorded as indexed with ' || chunks || ' chunk(s), but the table holds ' || table_rows
+       || ' (rows deleted outside a run); the next run of its shard writes them again'
+FROM file_status WHERE indexed_sha256 = sha256 AND table_rows < chunks AND discovery_status = 'ok'
+UNION ALL
+SELECT 'partial', doc_id, path, 0, reason
+FROM file_status WHERE state = 'indexed' AND extraction_status = 'ok' AND reason <> ''
 UNION ALL
 SELECT 'failed', doc_id, path, 0, reason FROM file_status WHERE state = 'failed'
 UNION ALL

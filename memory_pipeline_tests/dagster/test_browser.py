@@ -42,6 +42,7 @@ CHECKS = {
     "index_coverage_single_model_check",
     "index_coverage_threshold_check",
     "index_coverage_fts_current_check",
+    "index_coverage_rows_present_check",
 }
 ASSETS = {"source_files", "extracted_content", "memory_chunks", "chunk_embeddings", "memory_vectors", "index_coverage"}
 ASSETS |= {"file_deletions", "extraction_status", "indexed_state"}  # the side files, so that lineage shows them

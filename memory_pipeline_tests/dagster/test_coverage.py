@@ -12,6 +12,7 @@ import lancedb
 import pytest
 
 from memory_pipeline.defs.assets import index_assets
+from memory_pipeline.defs.checks import REMEDY
 from memory_pipeline.defs.partitions import FULL_RANGE_TAGS
 from memory_pipeline.defs.resources import index_resources
 from memory_pipeline.settings import load_settings
@@ -23,6 +24,7 @@ CHECKS = (
     "index_coverage_single_model_check",
     "index_coverage_threshold_check",
     "index_coverage_fts_current_check",
+    "index_coverage_rows_present_check",
 )
 
 
@@ -102,6 +104,7 @@ def test_coverage_equals_the_truth(sample_config: Path, sample_dir: Path):
         "index_coverage_no_duplicates_check",
         "index_coverage_single_model_check",
         "index_coverage_fts_current_check",
+        "index_coverage_rows_present_check",
     ):
         assert checks[name].passed, name
 
@@ -145,6 +148,8 @@ def test_each_check_fails_on_its_fault_and_passes_after_a_clean_run(sample_confi
         assert not evaluation.passed and not alone.success
         assert evaluation.metadata["count"].value >= 1
         assert row["path"] in evaluation.metadata["offending_paths"].value
+        # What is wrong and what to do, in the result itself (the UI's check result).
+        assert row["path"] in evaluation.description and REMEDY[check] in evaluation.description, evaluation.description
         planted = _run(sample_config, instance)
         repairs = asset_metadata(planted, "source_files")["files_repaired"]  # summed over the run's partitions
         if repaired:
@@ -155,6 +160,52 @@ def test_each_check_fails_on_its_fault_and_passes_after_a_clean_run(sample_confi
         clean = _run(sample_config, instance, force=True)
         assert clean.success
         assert all(e.passed for e in _checks(clean).values()), {k: e.passed for k, e in _checks(clean).items()}
+
+
+def test_rows_deleted_by_hand_fail_the_rows_check_and_are_written_again(sample_config: Path, sample_dir: Path):
+    """A file's rows deleted from the table outside a run: a run of another shard (the UI's run of
+    one partition) said coverage 1.0 with every check passed. The file is now pending, its rows a
+    ``missing_rows`` problem, the rows check fails with what to do, and the next run writes them."""
+    from memory_pipeline.discovery import SHARD_KEYS, shard_of
+
+    settings = load_settings(sample_config)
+    with memory_instance() as instance:
+        assert _run(sample_config, instance).success
+        table = lancedb.connect(settings.lancedb_uri).open_table("memory_vectors")
+        victim = "memory/2026-10-19.md"
+        chunks = table.count_rows(f"path = '{victim}'")
+        assert chunks >= 1
+        table.delete(f"path = '{victim}'")
+        other = next(s for s in SHARD_KEYS if s != shard_of("mem", victim))
+        one = dg.materialize(
+            index_assets, instance=instance, resources=index_resources(str(sample_config)), partition_key=other,
+            run_config={"loggers": {"console": {"config": {"log_level": "ERROR"}}}}, raise_on_error=False,
+        )  # fmt: skip
+        assert one.success  # not blocking: another shard's run is not stopped by it
+        check = _checks(one)["index_coverage_rows_present_check"]
+        assert not check.passed and check.metadata["offending_paths"].value == [victim]
+        assert "the table holds 0" in check.description and REMEDY["index_coverage_rows_present_check"] in check.description
+        [problem] = _query(settings, "SELECT kind, path, rows FROM problems WHERE kind = 'missing_rows'")
+        assert problem == {"kind": "missing_rows", "path": victim, "rows": chunks}
+        [status] = _query(settings, f"SELECT state, chunks, table_rows FROM file_status WHERE path = '{victim}'")
+        assert status == {"state": "pending", "chunks": chunks, "table_rows": 0}
+        again = _run(sample_config, instance)
+        assert again.success and all(e.passed for e in _checks(again).values())
+    assert lancedb.connect(settings.lancedb_uri).open_table("memory_vectors").count_rows(f"path = '{victim}'") == chunks
+
+
+def test_a_file_indexed_in_part_is_a_problem_with_its_reason(sample_config: Path, sample_dir: Path):
+    """`memory analytics` lists the files that are not fully indexed: a file indexed in part (a NUL
+    removed, broken transcript lines) was in `index --json`'s errors as partial but not among the
+    problems."""
+    settings = load_settings(sample_config)
+    (sample_dir / "memory" / "nul.md").write_bytes(b"# Nul\n\n" + b"x" * 9000 + b"\x00 the kiln log after a stray NUL\n")
+    (sample_dir / "broken.jsonl").write_text('{"role": "user", "content": "the wombat census"}\nnot json\n')
+    with memory_instance() as instance:
+        assert _run(sample_config, instance).success
+    partial = {p["path"]: p["detail"] for p in _query(settings, "SELECT path, detail FROM problems WHERE kind = 'partial'")}
+    assert set(partial) == {"memory/nul.md", "broken.jsonl"}, partial
+    assert "control character" in partial["memory/nul.md"] and "2" in partial["broken.jsonl"], partial
 
 
 def test_duckdb_file_is_queryable_without_project_code(sample_config: Path, tmp_path: Path):

@@ -39,6 +39,7 @@ CHECK_NAMES = {
     "index_coverage_single_model_check",
     "index_coverage_threshold_check",
     "index_coverage_fts_current_check",
+    "index_coverage_rows_present_check",
 }
 
 
