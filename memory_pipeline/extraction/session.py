@@ -41,7 +41,15 @@ def _content_text(content: Any) -> str:
                 if isinstance(value, str):
                     parts.append(value)
         return "\n".join(parts)
+    if isinstance(content, dict) and isinstance(content.get("text"), str):
+        return content["text"]  # one part as an object: {"type": "text", "text": "..."}
     return ""
+
+
+def _unreadable_content(content: Any) -> bool:
+    """Content that holds something but no text this reader knows (a number, an object without
+    ``text``): reported, not dropped in silence. None is an assistant's tool call: nothing to say."""
+    return content is not None and not isinstance(content, (str, list)) and not (isinstance(content, dict) and isinstance(content.get("text"), str))
 
 
 def _message(record: dict) -> tuple[str, str, str] | None:
@@ -67,7 +75,13 @@ def _iso(value: Any) -> str:
             return datetime.fromtimestamp(seconds, tz=UTC).isoformat()
         except (OverflowError, OSError, ValueError):  # a number no clock reaches
             return ""
-    return str(value)
+    if not isinstance(value, str):
+        return ""  # an object or a list is no time
+    try:
+        datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError:
+        return ""  # "99999-99-99T99:99" was shown as a time
+    return value.strip()
 
 
 def _lines_warning(numbers: list[int], what: str) -> str:
@@ -81,6 +95,7 @@ def session_segments(src: OpenedFile, options: MediaOptions) -> Segments:
     segments = Segments()
     not_json: list[int] = []
     not_object: list[int] = []
+    no_text: list[int] = []  # messages whose content is neither text nor parts of text
     records = 0
     capped = False
     # Only "\n" ends a JSONL record: U+2028 and friends may appear raw inside JSON strings.
@@ -105,6 +120,10 @@ def session_segments(src: OpenedFile, options: MediaOptions) -> Segments:
             continue
         role, body, timestamp = parsed
         if not body:
+            message = record.get("message")
+            msg = message if isinstance(message, dict) else record
+            if _unreadable_content(msg.get("content", msg.get("text"))):
+                no_text.append(line_no)
             continue
         if len(segments) >= options.max_segments:
             capped = True
@@ -119,6 +138,8 @@ def session_segments(src: OpenedFile, options: MediaOptions) -> Segments:
         segments.warn(_lines_warning(not_json, "not valid JSON"))
     if not_object:
         segments.warn(_lines_warning(not_object, "JSON but not an object"))
+    if no_text:
+        segments.warn(_lines_warning(no_text, "messages whose content is not text"))
     if cut and not capped:
         segments.warn(f"indexed the first {options.max_chars * 4} bytes of {src.size} (max_chars={options.max_chars})")
     return segments

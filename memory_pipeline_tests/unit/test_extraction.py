@@ -115,6 +115,28 @@ def test_session_multi_part_content_joined(tmp_path):
     assert seg.text == "one\ntwo\nthree"
 
 
+def test_session_content_of_other_shapes_is_read_or_reported_and_bad_times_are_not_shown(tmp_path):
+    """A message whose content is one text part as an object is read; content that is a number or
+    an object without text was dropped in silence (now its line is reported); null content (an
+    assistant's tool call) stays silent. A timestamp that is no time (an object, "99999-99-99")
+    was shown in the label as text."""
+    text = jsonl(
+        {"role": "user", "content": {"type": "text", "text": "the wombat census"}, "timestamp": {"a": 1}},  # 1
+        {"role": "user", "content": 123},  # 2 reported
+        {"role": "assistant", "content": {"tool": "search"}},  # 3 reported
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "x"}]},  # 4 silent
+        {"role": "user", "content": "a real question", "timestamp": "99999-99-99T99:99"},  # 5
+        {"role": "user", "content": "a timed one", "timestamp": "2026-11-02T10:15:00Z"},  # 6
+    )
+    segs = extract_session(write(tmp_path, "s.jsonl", text))
+    assert [(s.line_start, s.label, s.text) for s in segs] == [
+        (1, "user:", "the wombat census"),
+        (5, "user:", "a real question"),
+        (6, "[2026-11-02 10:15] user:", "a timed one"),
+    ]
+    assert segs.warning == "2 lines are messages whose content is not text: 2, 3", segs.warning
+
+
 def test_session_messages_are_redacted(tmp_path):
     """Secrets in transcript messages never reach the segment text."""
     key = "sk-proj-" + "A1b2C3d4" * 4
