@@ -507,7 +507,15 @@ def cmd_analytics(args) -> int:
     from memory_pipeline.stores.analytics import query, up_to_date
 
     settings = _settings(args)
-    up_to_date(settings)
+    try:
+        up_to_date(settings)
+    except Exception as err:
+        if "duckdb" in type(err).__module__:  # building it read a file DuckDB could not (damaged, unreadable)
+            raise MemoryPipelineError(
+                f"cannot build the analytics database: {str(err).splitlines()[0]}",
+                hint="`memory index` repairs or reports the data folder's files; `memory status` shows them",
+            ) from err
+        raise
     try:
         if args.sql:
             rows = query(settings, args.sql).to_pylist()

@@ -135,11 +135,15 @@ def walk_source(source: SourceConfig, max_file_bytes: int) -> Iterator[Discovere
                 # Bytes that are not UTF-8 (a Latin-1 name copied from an old disk): no record,
                 # id, Parquet file or table can hold the name, so it is reported, shown escaped.
                 folder = not isinstance(st, OSError) and stat_mod.S_ISDIR(st.st_mode)
-                shown_rel = escaped_name(rel) + ("/" if folder else "")
-                if folder or is_selected(rel, source):
+                wanted = not any(glob_match(rel + "/", p) for p in source.exclude) if folder else is_selected(rel, source)
+                if wanted:
                     kind = "folder" if folder else "file"
                     reason = f"the {kind} name is not valid UTF-8; not indexed (rename the {kind} to index {'what it holds' if folder else 'it'})"
-                    yield _bad(source, shown_rel, escaped_name(abs_path), "failed", reason)
+                    shown_rel = escaped_name(rel) + ("/" if folder else "")
+                    named = _secret_in_name(shown_rel)  # a secret in it is not stored, escaped or not
+                    if named:
+                        shown_rel, reason = named
+                    yield _bad(source, shown_rel, os.path.join(root, shown_rel), "failed", reason)
                 continue
             if isinstance(st, OSError):
                 yield _bad(source, rel, abs_path, "failed", f"cannot stat: {st.strerror or st}")

@@ -806,11 +806,11 @@ def _object_store(endpoint: str, region: str, allow_http: bool) -> pafs.FileSyst
 def shown_endpoint(endpoint: str) -> str:
     """An endpoint as messages may show it: without a user name or password in it
     (``http://user:secret@host:9000`` -> ``http://host:9000``)."""
-    parts = urlsplit(endpoint if "://" in endpoint else f"//{endpoint}")
-    if "@" not in parts.netloc:
+    if "@" not in endpoint:
         return endpoint
-    host = parts.netloc.rpartition("@")[2]
-    return parts._replace(netloc=host).geturl().removeprefix("//")
+    scheme, sep, rest = endpoint.rpartition("://")
+    host = rest.rpartition("@")[2]  # the last "@": a hand-pasted password may hold "@", "/" or "#"
+    return f"{scheme}{sep}{host}"
 
 
 def _aws_env() -> tuple[str, str, bool]:
@@ -873,7 +873,9 @@ def one_line(text: str, limit: int = 300) -> str:
     return _USERINFO.sub("//", " ".join(text.split()))[:limit]
 
 
-_USERINFO = re.compile(r"//[^/@\s]*@")
+# A URL's user name and password: up to its last "@" before the next space (a password may hold
+# "@", "/", "#" or "?" unencoded when pasted by hand).
+_USERINFO = re.compile(r"//[^\s@]*(?:@[^\s@]*)*@")
 
 
 def _code(err: BaseException) -> str:

@@ -482,9 +482,11 @@ def chunk_embeddings(
         )
         # Each partition's share of the estimated cost, by its tokens (a shard's own numbers, as its
         # chunks and tokens are: ``stages.embed_chunks``'s ``per_shard``).
-        run_cost, spent = cost["estimated_cost_usd"], sum(n.get("tokens_total", 0) for n in per_shard.values())
+        # By tokens; by what each embedded where none were counted (media embedded natively).
+        weight = "tokens_total" if any(n.get("tokens_total") for n in per_shard.values()) else "embedded"
+        run_cost, spent = cost["estimated_cost_usd"], sum(n.get(weight, 0) for n in per_shard.values())
         for shard, numbers in per_shard.items():
-            share = None if run_cost is None else (run_cost * numbers.get("tokens_total", 0) / spent if spent else 0.0)
+            share = None if run_cost is None else (run_cost * numbers.get(weight, 0) / spent if spent else 0.0)
             context.add_asset_metadata({"est_cost_usd": share}, asset_key="chunk_embeddings", partition_key=shard)
         run_level(context, metadata, keep={"provider", "model", "dims", "mode", "requested_provider", "fallback_reason"})
 

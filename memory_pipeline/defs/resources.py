@@ -48,10 +48,11 @@ class MemoryConfigResource(dg.ConfigurableResource):
 
     def coverage(self, settings: Settings, ident: EmbeddingIdentity) -> "CoverageReport":
         """Rebuild data_dir/analytics.duckdb from the manifests and the current table; its report."""
+        from memory_pipeline.changes import fingerprint
         from memory_pipeline.stores import generations
         from memory_pipeline.stores.analytics import refresh_analytics
 
-        return refresh_analytics(settings, ident.model, generations.table_for(settings, ident.meta()))
+        return refresh_analytics(settings, ident.model, generations.table_for(settings, ident.meta()), fingerprint(settings, ident))
 
 
 class EmbedderResource(dg.ConfigurableResource):

@@ -77,11 +77,15 @@ def _iso(value: Any) -> str:
             return ""
     if not isinstance(value, str):
         return ""  # an object or a list is no time
+    text = value.strip()
+    if text.isdigit() and len(text) <= 16:
+        return _iso(int(text))  # epoch seconds or milliseconds written as a string
+    iso = text.upper().removesuffix(" UTC").removesuffix("Z")
     try:
-        datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        datetime.fromisoformat(iso)
     except ValueError:
         return ""  # "99999-99-99T99:99" was shown as a time
-    return value.strip()
+    return text
 
 
 def _lines_warning(numbers: list[int], what: str) -> str:

@@ -98,8 +98,14 @@ def embed_chunks(
     counts.dims = ident.dims
     per_shard = per_shard if per_shard is not None else {}
     if provider is None:
-        # Full-text only: empty one-dimensional frames (the chunks are not even read), so the graph stays whole.
-        return ((s, _frame([], np.zeros((0, 1), np.float32), 1)) for s in chunks)
+        # Full-text only: empty one-dimensional frames (the chunks are not even read), so the graph
+        # stays whole; each partition's numbers are zeros (nothing read, nothing embedded).
+        def fts_only() -> Iterator[tuple[str, pl.DataFrame]]:
+            for s in chunks:
+                per_shard.setdefault(s, {"chunks": 0, "unique": 0, "cached": 0, "embedded": 0, "tokens_total": 0})
+                yield s, _frame([], np.zeros((0, 1), np.float32), 1)
+
+        return fts_only()
     batch = settings.remote.batch.enabled and getattr(provider, "name", "") in BATCH_PROVIDERS
     waves = _waves(chunks, None if batch else WAVE_BYTES, ident.dims)
     first = next(waves, None)

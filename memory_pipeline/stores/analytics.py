@@ -72,12 +72,14 @@ SELECT
     s.sha256 AS indexed_sha256,
     coalesce(s.chunks, 0) AS chunks,
     coalesce(v.table_rows, 0) AS table_rows,
+    -- Recorded as indexed into this table (its fingerprint: while a new generation is built, the
+    -- files not rewritten yet are recorded for the old one), yet rows are missing from it (deleted
+    -- outside a run): not indexed until a run of its shard writes them again (missing_rows).
+    coalesce(s.sha256 = m.sha256 AND ($fp::VARCHAR IS NULL OR s.fingerprint = $fp) AND coalesce(v.table_rows, 0) < s.chunks, false) AS rows_missing,
     CASE
         WHEN m.status = 'skipped' THEN 'skipped'
         WHEN m.status = 'failed' THEN 'failed'
-        -- Recorded as indexed, but rows are missing from the table (deleted outside a run): not
-        -- indexed until a run of its shard writes them again (``problems``: missing_rows).
-        WHEN s.sha256 = m.sha256 AND coalesce(v.table_rows, 0) < s.chunks THEN 'pending'
+        WHEN rows_missing THEN 'pending'
         WHEN s.sha256 = m.sha256 THEN 'indexed'
         WHEN e.status = 'failed' THEN 'failed'
         ELSE 'pending'
@@ -87,7 +89,7 @@ SELECT
 FROM source_files m
 LEFT JOIN indexed_state s USING (doc_id)
 LEFT JOIN extraction_status e USING (doc_id)
-LEFT JOIN (SELECT doc_id, count(DISTINCT chunk_id) AS table_rows FROM vector_rows GROUP BY doc_id) v USING (doc_id)
+LEFT JOIN (SELECT doc_id, count(*) AS table_rows FROM vector_rows GROUP BY doc_id) v USING (doc_id)
 WHERE m.path <> ''
 """
 
@@ -137,7 +139,7 @@ UNION ALL
 SELECT 'missing_rows', doc_id, path, chunks - table_rows,
        'recorded as indexed with ' || chunks || ' chunk(s), but the table holds ' || table_rows
        || ' (rows deleted outside a run); the next run of its shard writes them again'
-FROM file_status WHERE indexed_sha256 = sha256 AND table_rows < chunks AND discovery_status = 'ok'
+FROM file_status WHERE rows_missing AND discovery_status = 'ok'
 UNION ALL
 SELECT 'partial', doc_id, path, 0, reason
 FROM file_status WHERE state = 'indexed' AND extraction_status = 'ok' AND reason <> ''
@@ -302,10 +304,12 @@ def _embedding_cost(settings: Settings, in_table: Mapping[tuple[str, str], tuple
     return pa.Table.from_pylist(rows, schema=_COST_SCHEMA)
 
 
-def refresh_analytics(settings: Settings, model: str, table_name: str | None = None) -> CoverageReport:
+def refresh_analytics(settings: Settings, model: str, table_name: str | None = None, index_fp: str | None = None) -> CoverageReport:
     """Rebuild the analytics database and return the coverage and problems it holds.
 
-    ``table_name``: the generation the run wrote (default: the configured table).
+    ``table_name``: the generation the run wrote (default: the configured table). ``index_fp``:
+    the fingerprint its files are recorded with (``changes.fingerprint``): only those are checked
+    for rows missing from it (None: every file recorded as indexed).
 
     Skipped when nothing it reads changed since the database was built (the table's version,
     every asset file's size and time, the ledgers, the model asked about): the report is then
@@ -318,7 +322,7 @@ def refresh_analytics(settings: Settings, model: str, table_name: str | None = N
     table_name = table_name or settings.table_name
     data = storage.of(settings)
     final = data.analytics_db
-    fingerprint = _fingerprint(data, table_name, model)
+    fingerprint = _fingerprint(data, table_name, f"{model}|{index_fp or ''}")
     if final.is_file():
         cached = _cached_report(final, fingerprint)
         if cached is not None:
@@ -350,7 +354,7 @@ def refresh_analytics(settings: Settings, model: str, table_name: str | None = N
         embedding_cost = _embedding_cost(settings, _table_tokens(con, provider))  # noqa: F841 - read by DuckDB
         con.execute("CREATE TABLE embedding_cost AS SELECT * FROM embedding_cost")
         con.execute("CREATE TABLE prices AS SELECT * FROM prices")
-        con.execute(FILE_STATUS_SQL)
+        con.execute(FILE_STATUS_SQL, {"fp": index_fp})
         con.execute(COVERAGE_SQL)
         con.execute(PROBLEMS_SQL, {"model": model})
         _ledger(con, "embedding_usage", data, storage.USAGE, USAGE_COLUMNS)
@@ -491,30 +495,36 @@ def up_to_date(settings: Settings) -> Path:
     final = data.analytics_db
     if data.remote:
         storage.check_bucket(data.remote)
-    elif final.is_file():
-        return final
     if not data.partition_files("source_files"):
+        if final.is_file():
+            return final  # a copy of the database alone (or its folder without the assets): as it is
         raise MemoryPipelineError(f"nothing is indexed at {data.location} yet (no analytics database)", hint="run `memory index` first")
-    model, table_name = _identity(settings)
-    refresh_analytics(settings, model, table_name)
+    model, table_name, index_fp = _identity(settings)
+    refresh_analytics(settings, model, table_name, index_fp)
     return final
 
 
-def _identity(settings: Settings) -> tuple[str, str]:
-    """The model and table an index run with this configuration writes (as its coverage step asks
-    about them); the current generation's where the provider cannot be resolved here (a paid
-    provider's key is not needed to read the coverage)."""
-    from memory_pipeline.changes import EmbeddingIdentity
+def _identity(settings: Settings) -> tuple[str, str, str | None]:
+    """The model, table and index fingerprint to judge: the table an index run with this
+    configuration writes (as its coverage step asks about it), judged against the model its
+    generation record names. Resolving the provider here may give another one than the runs used
+    (a paid provider's key missing on an analyst's machine: its fallback, or none), so the model
+    comes from the table's record; the runs' fingerprint only when the identity resolved is the
+    table's own. Where nothing resolves, the current generation."""
+    from memory_pipeline.changes import EmbeddingIdentity, fingerprint
     from memory_pipeline.errors import MemoryPipelineError
     from memory_pipeline.providers.registry import resolve_provider
     from memory_pipeline.stores import generations
 
     try:
         ident = EmbeddingIdentity.of(resolve_provider(settings))
-        return ident.model, generations.table_for(settings, ident.meta())
     except MemoryPipelineError:
         name, record = generations.current(settings)
-        return str(record.get("model") or ""), name
+        return str(record.get("model") or ""), name, None
+    name = generations.table_for(settings, ident.meta())
+    record = generations.load(settings)["generations"].get(name) or {}
+    model = str(record.get("model") or ident.model)
+    return model, name, fingerprint(settings, ident) if model == ident.model else None
 
 
 def query(settings: Settings, sql: str) -> pa.Table:

@@ -260,3 +260,17 @@ def test_any_bytes_in_a_file_or_folder_name_are_walked_and_every_record_is_text(
         assert by_path[(folder + b".d").decode("utf-8", "backslashreplace") + "/"].status == "failed"
         assert not [p for p in by_path if p.endswith("/inside.md")]
     assert len(got) == len(files) + 1
+
+
+def test_a_name_that_is_not_utf8_keeps_its_secret_out_and_an_excluded_one_is_not_reported(tmp_path):
+    """The escaped name of a file that is not UTF-8 is checked for secrets like any other name (a
+    token in it was stored, escaped); a folder of such a name that an exclude glob covers is left
+    out as any excluded folder is, not reported."""
+    token = "ghp_" + "A1b2C3d4E5f6G7h8" * 2 + "Q7r8"
+    broot = os.fsencode(tmp_path)
+    with open(os.path.join(broot, os.fsencode(token) + b"\xe9.md"), "wb") as fh:
+        fh.write(b"text\n")
+    os.mkdir(os.path.join(broot, b"archive\xe9"))
+    got = list(walk_source(SourceConfig(name="s", path=tmp_path, include=DEFAULT_INCLUDE, exclude=("archive*/**",)), 1000))
+    assert len(got) == 1 and got[0].status == "failed", got
+    assert token not in got[0].path and token not in got[0].abs_path and "secret" in got[0].reason, got[0]

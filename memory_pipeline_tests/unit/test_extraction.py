@@ -127,12 +127,16 @@ def test_session_content_of_other_shapes_is_read_or_reported_and_bad_times_are_n
         {"role": "assistant", "content": None, "tool_calls": [{"id": "x"}]},  # 4 silent
         {"role": "user", "content": "a real question", "timestamp": "99999-99-99T99:99"},  # 5
         {"role": "user", "content": "a timed one", "timestamp": "2026-11-02T10:15:00Z"},  # 6
+        {"role": "user", "content": "epoch text", "timestamp": "1733000000"},  # 7
+        {"role": "user", "content": "utc suffix", "timestamp": "2024-12-01 10:15:30 UTC"},  # 8
     )
     segs = extract_session(write(tmp_path, "s.jsonl", text))
     assert [(s.line_start, s.label, s.text) for s in segs] == [
         (1, "user:", "the wombat census"),
         (5, "user:", "a real question"),
         (6, "[2026-11-02 10:15] user:", "a timed one"),
+        (7, "[2024-11-30 20:53] user:", "epoch text"),
+        (8, "[2024-12-01 10:15] user:", "utc suffix"),
     ]
     assert segs.warning == "2 lines are messages whose content is not text: 2, 3", segs.warning
 

@@ -151,3 +151,18 @@ def test_any_s3_url_is_accepted_in_normal_form_or_refused_by_name(tmp_path_facto
     assert isinstance(s.data_dir, str) and storage.check_url(s.data_dir) == s.data_dir
     local = storage.default_local_dir(s.data_dir)  # a real folder name, never climbing out of the cache root
     assert ".." not in local.parts and local.resolve().exists() in (True, False)
+
+
+@pytest.mark.parametrize("endpoint, shown", [
+    ("http://admin:hunter2@127.0.0.1:9000", "http://127.0.0.1:9000"),
+    ("http://admin:p@ss@host:9", "http://host:9"),  # a hand-pasted password with "@", "/", "#" or "?" in it
+    ("http://admin:pa/ss@host", "http://host"),
+    ("http://a:b#c?d@h:1", "http://h:1"),
+    ("u:p@host:9", "host:9"),
+    ("https://minio.internal:9000", "https://minio.internal:9000"),
+])  # fmt: skip
+def test_an_endpoints_password_is_never_shown(endpoint: str, shown: str):
+    assert storage.shown_endpoint(endpoint) == shown
+    said = storage.one_line(f'Could not connect to the endpoint URL: "{endpoint}/memory"')
+    assert said == f'Could not connect to the endpoint URL: "{shown}/memory"' or "://" not in endpoint, said
+    assert not any(secret in said for secret in ("hunter2", "p@ss", "pa/ss", "b#c?d"))
