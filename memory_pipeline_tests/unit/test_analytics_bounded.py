@@ -86,7 +86,7 @@ def test_coverage_and_problems_answer_exactly_within_a_small_memory_limit(tmp_pa
         ] == ("256KB", "250.0 KiB")  # 256 KB, as DuckDB writes each
         for name in ("source_files", "extraction_status", "indexed_state", "vector_rows"):
             con.execute(f"CREATE TABLE {name} AS SELECT * FROM {name}")
-        con.execute(analytics.FILE_STATUS_SQL)
+        con.execute(analytics.FILE_STATUS_SQL, {"fp": None})
         con.execute(analytics.COVERAGE_SQL)
         con.execute(analytics.PROBLEMS_SQL, {"model": "m"})
         assert analytics._table_tokens(con, "local") == {("local", "m"): (DOCS * CHUNKS_PER_DOC + 1, 50 * (DOCS * CHUNKS_PER_DOC + 1))}

@@ -96,7 +96,9 @@ def test_terminal_escapes_are_removed_from_every_text(tmp_path):
     assert seg.text == "title]0;pwned [2J[31mred31m\nover" + "x\ttab\n"
     (seg,) = extract(write(tmp_path, "s.jsonl", json.dumps({"role": "user", "content": evil, "timestamp": "2026\x1b[1m-11"})), "session")
     assert not any(c in seg.text + seg.label for c in "\x1b\x07\x08\x9b\r")
-    assert seg.label == "[2026[1m-11] user:"
+    assert seg.label == "user:"  # a "timestamp" that is no time (an escape in it) is not shown at all
+    (seg,) = extract(write(tmp_path, "s.jsonl", json.dumps({"role": "user", "content": "x", "timestamp": "2026-11-02T10:15:00\x1b[1mZ"})), "session")
+    assert seg.label == "user:", seg.label
 
 
 def test_clean_text_keeps_tabs_newlines_and_unicode_separators():
