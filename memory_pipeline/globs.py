@@ -45,14 +45,17 @@ def glob_regex(pattern: str) -> str:
 
 
 def glob_to_rust_regex(pattern: str) -> str:
-    """A path glob as an anchored regex for LanceDB's SQL ``regexp_like`` (Rust syntax)."""
-    return "^" + glob_regex(pattern) + "$"
+    """A path glob as an anchored regex for LanceDB's SQL ``regexp_like`` (Rust syntax). ``(?s)``:
+    ``**`` spans a newline in a folder or file name too, as in :func:`compile_glob`."""
+    return "(?s)^" + glob_regex(pattern) + "$"
 
 
 @lru_cache(maxsize=256)
 def compile_glob(pattern: str) -> re.Pattern[str]:
-    """A path glob compiled for Python; use ``.match`` (the end is anchored by ``\\Z``)."""
-    return re.compile(glob_regex(pattern) + r"\Z")
+    """A path glob compiled for Python; use ``.match`` (the end is anchored by ``\\Z``).
+    ``re.DOTALL``: ``**`` spans a newline in a name (the files of a folder named with one were
+    neither indexed nor reported)."""
+    return re.compile(glob_regex(pattern) + r"\Z", re.DOTALL)
 
 
 def glob_match(rel_path: str, pattern: str) -> bool:

@@ -142,6 +142,8 @@ _GLOB_CASES = [
     ("*.MD", "a.md", False),  # case-sensitive
     ("*.md", "a.md\n", False),  # the end is the end, not before a newline
     ("projects/", "projects/", True),  # a folder prefix (discovery prunes folders with "rel/")
+    ("**/*.md", "odd\nfolder/note.md", True),  # a newline in a folder name: ** spans it
+    ("notes/**", "notes/a\nb.md", True),
 ]  # fmt: skip
 
 
@@ -164,15 +166,15 @@ def test_python_and_lancedb_select_the_same_paths(tmp_path: Path):
 @pytest.mark.parametrize(
     "glob, rust",
     [
-        ("**/*.md", r"^(.*/)?[^/]*\.md$"),
-        ("memory/**", r"^memory/.*$"),
-        ("?a-b", r"^[^/]a\-b$"),
+        ("**/*.md", r"(?s)^(.*/)?[^/]*\.md$"),
+        ("memory/**", r"(?s)^memory/.*$"),
+        ("?a-b", r"(?s)^[^/]a\-b$"),
     ],
 )
 def test_glob_translations(glob: str, rust: str):
     assert glob_to_rust_regex(glob) == rust
-    assert glob_regex(glob) == rust[1:-1]
-    assert compile_glob(glob).pattern == rust[1:-1] + r"\Z"
+    assert glob_regex(glob) == rust[5:-1]
+    assert compile_glob(glob).pattern == rust[5:-1] + r"\Z"
 
 
 # --- SQL prefilters ---------------------------------------------------------------------------
