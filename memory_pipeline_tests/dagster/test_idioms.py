@@ -95,6 +95,27 @@ def test_pyproject_declares_the_dg_project():
     assert set(defs.resources) == {"memory_config", "embedder", "stage_hooks", "run_results", "io_manager"}
 
 
+def test_definitions_are_what_dagsters_defs_folder_loader_gives_less_the_plugin_catalogue():
+    """definitions.py builds the defs folder without the project root's catalogue of installed
+    plugins' component types (a run process pays for it and never reads it): everything else
+    must be exactly what `dg.load_from_defs_folder` loads, and the plugins must stay unimported."""
+    reference = dg.load_from_defs_folder(path_within_project=REPO / "memory_pipeline")
+    ours, theirs = defs.get_repository_def(), reference.get_repository_def()
+    assert ours.asset_graph.get_all_asset_keys() == theirs.asset_graph.get_all_asset_keys()
+    assert ours.asset_graph.asset_check_keys == theirs.asset_graph.asset_check_keys
+    assert {j.name for j in ours.get_all_jobs()} == {j.name for j in theirs.get_all_jobs()}
+    assert {s.name for s in ours.sensor_defs} == {s.name for s in theirs.sensor_defs}
+    assert {s.name for s in ours.schedule_defs} == {s.name for s in theirs.schedule_defs}
+    assert set(defs.resources or {}) == set(reference.resources or {})
+    assert defs.executor is not None and reference.executor is not None
+    assert defs.executor.name == reference.executor.name
+    assert defs.component_tree is not None  # kept, as the root keeps it
+    assert set(theirs.metadata or {}) - set(ours.metadata or {}) == {"plugin_component_types_json"}
+    probe = "import sys, memory_pipeline.definitions; print(sorted(m for m in sys.modules if m.startswith('dagster_aws')))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=300).stdout
+    assert out.strip() == "[]"
+
+
 def test_every_asset_has_owners_tags_kinds_description_and_a_code_reference():
     specs = _specs()
     assert set(specs) == set(ASSETS) | set(SIDE_ASSETS)
