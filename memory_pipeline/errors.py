@@ -12,6 +12,7 @@ boundary and chained (``raise X(...) from err``)::
     ├── SearchError          a search could not be answered (carries ``query``)
     │   └── FullTextUnavailable  full-text cannot answer this query on this table; the search goes on without it
     └── StoreError           the LanceDB table or the embedding cache failed
+        ├── ObjectStoreError     object storage failed (carries ``permanent``); also an ``OSError``
         └── IndexMismatchError   the table holds vectors of another model or dimension
 
 Per-file failures (``ExtractionError``) are recorded in the manifest and never
@@ -80,6 +81,12 @@ class ObjectStoreError(StoreError, OSError):
     object, and one line with a hint to the user, not "a bug"."""
 
     hint = "check the AWS credentials and AWS_ENDPOINT_URL in the environment, and that the store is up"
+
+    def __init__(self, message: str, *, permanent: bool = False, hint: str = "") -> None:
+        super().__init__(message, hint=hint)
+        # True when trying again cannot help (access denied, no such bucket, no credentials):
+        # a run fails at once instead of retrying its step.
+        self.permanent = permanent
 
 
 class IndexMismatchError(StoreError):

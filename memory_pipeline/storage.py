@@ -883,6 +883,23 @@ def _code(err: BaseException) -> str:
     return str(getattr(err, "response", {}).get("Error", {}).get("Code", ""))
 
 
+# S3 error codes that no retry can mend: the caller's identity or the bucket is wrong.
+_PERMANENT_CODES = frozenset(
+    {
+        "AccessDenied", "AllAccessDisabled", "AccountProblem", "InvalidAccessKeyId", "SignatureDoesNotMatch",
+        "InvalidToken", "ExpiredToken", "NoSuchBucket", "InvalidBucketName", "401", "403",
+    }
+)  # fmt: skip
+
+
+def _permanent(err: BaseException) -> bool:
+    """Whether an S3 call's error is one that trying again cannot mend (denied, no such bucket,
+    no credentials or profile); a connection error, a timeout or throttling is not."""
+    from botocore.exceptions import NoCredentialsError, PartialCredentialsError, ProfileNotFound
+
+    return _code(err) in _PERMANENT_CODES or isinstance(err, (NoCredentialsError, PartialCredentialsError, ProfileNotFound))
+
+
 def _s3_client():
     """boto3's S3 client (whole-object reads and conditional writes, which pyarrow's file system
     does not offer); the endpoint, region and keys from the same AWS variables and chain.
@@ -898,7 +915,7 @@ def _s3_client():
     try:
         return _boto_client(endpoint, region, aws)
     except (BotoCoreError, ValueError) as err:
-        raise ObjectStoreError(f"cannot make an S3 client: {_reason(err)}") from None
+        raise ObjectStoreError(f"cannot make an S3 client: {_reason(err)}", permanent=_permanent(err)) from None
 
 
 @lru_cache(maxsize=4)
@@ -936,7 +953,7 @@ def get_object(path: str, client=None) -> tuple[bytes, str] | None:
     except (ClientError, BotoCoreError) as err:
         if _code(err) in ("NoSuchKey", "404"):
             return None
-        raise ObjectStoreError(f"s3://{path}: {_reason(err)}") from None
+        raise ObjectStoreError(f"s3://{path}: {_reason(err)}", permanent=_permanent(err)) from None
 
 
 def _set_aside(path: str, etag: str, aside: str) -> bool:
@@ -974,7 +991,7 @@ def _put_if(client, bucket: str, key: str, text: str, etag: str | None) -> bool:
     except (ClientError, BotoCoreError) as err:
         if _code(err) in ("PreconditionFailed", "ConditionalRequestConflict", "412", "409"):
             return False
-        raise ObjectStoreError(f"s3://{bucket}/{key}: {_reason(err)}") from None
+        raise ObjectStoreError(f"s3://{bucket}/{key}: {_reason(err)}", permanent=_permanent(err)) from None
     return True
 
 

@@ -559,3 +559,37 @@ def test_a_bucket_that_refuses_deletes_stops_merging_its_ledgers(tmp_path: Path,
         assert "no-compaction" in names
         assert sum(n.endswith(".seg.jsonl") for n in names) == 1  # one merge tried, none after the refusal
         assert sum(n.endswith(".json") for n in names) == 20
+
+
+def test_a_missing_bucket_or_profile_fails_a_step_at_once_and_an_outage_retries_it(monkeypatch):
+    """Trying again cannot mend a bucket that does not exist or credentials that cannot be found,
+    so a step that retries transient store errors (2 s each) fails at once on them; a store that
+    does not answer is retried."""
+    import dagster as dg
+
+    from memory_pipeline import storage
+    from memory_pipeline.defs.assets import _reported
+    from memory_pipeline.errors import ObjectStoreError
+    from memory_pipeline.stages.report import RunResults
+
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    with s3_server("memory") as env:
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+        assert storage.get_object("memory/nothing-here") is None
+        with pytest.raises(ObjectStoreError) as missing:
+            storage.get_object("no-such-bucket/assets/source_files/01.parquet")
+        monkeypatch.setenv("AWS_PROFILE", "no-such-profile")
+        with pytest.raises(ObjectStoreError) as no_profile:
+            storage.get_object("memory/nothing-here")
+        monkeypatch.delenv("AWS_PROFILE")
+    with pytest.raises(ObjectStoreError) as down:  # the server is gone: connection refused
+        storage.get_object("memory/nothing-here")
+    assert missing.value.permanent and "NoSuchBucket" in str(missing.value), str(missing.value)
+    assert no_profile.value.permanent and "no-such-profile" in str(no_profile.value), str(no_profile.value)
+    assert not down.value.permanent, str(down.value)
+    for err, retried in ((missing.value, False), (no_profile.value, False), (down.value, True)):
+        results = RunResults()
+        with pytest.raises(dg.RetryRequested if retried else ObjectStoreError), _reported(results, retry_transient=True):
+            raise err
+        assert results.error is err
