@@ -13,6 +13,7 @@ import json
 import os
 import sys
 from collections import Counter
+from collections.abc import Iterator
 from typing import NoReturn
 
 from memory_pipeline.display import shown
@@ -503,20 +504,26 @@ def cmd_config(args) -> int:
 # --- analytics ---------------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def _duckdb_errors(what: str, hint: str) -> Iterator[None]:
+    """A DuckDB error (its own types, for bad SQL or a file it cannot read) as one line: ``what``,
+    the error's first line, and ``hint``; any other error goes on as it is."""
+    try:
+        yield
+    except Exception as err:
+        if "duckdb" not in type(err).__module__:
+            raise
+        raise MemoryPipelineError(f"{what}: {str(err).splitlines()[0] if str(err) else type(err).__name__}", hint=hint) from err
+
+
 def cmd_analytics(args) -> int:
     from memory_pipeline.stores.analytics import query, up_to_date
 
     settings = _settings(args)
-    try:
+    # Building the database reads files DuckDB may fail on (damaged, unreadable).
+    with _duckdb_errors("cannot build the analytics database", "`memory index` repairs or reports the data folder's files; `memory status` shows them"):
         up_to_date(settings)
-    except Exception as err:
-        if "duckdb" in type(err).__module__:  # building it read a file DuckDB could not (damaged, unreadable)
-            raise MemoryPipelineError(
-                f"cannot build the analytics database: {str(err).splitlines()[0]}",
-                hint="`memory index` repairs or reports the data folder's files; `memory status` shows them",
-            ) from err
-        raise
-    try:
+    with _duckdb_errors("query failed", "check the SQL; tables: coverage, problems, file_status, embedding_cost, prices, source_files, vector_rows, runs"):
         if args.sql:
             rows = query(settings, args.sql).to_pylist()
             if args.json:
@@ -529,13 +536,6 @@ def cmd_analytics(args) -> int:
         # The problems themselves: `detail` holds the reason (a failed or skipped file's, or what is wrong with its rows).
         problem_files = query(settings, PROBLEM_FILES_SQL).to_pylist()
         cost = query(settings, "SELECT * FROM embedding_cost ORDER BY provider, model").to_pylist()
-    except Exception as err:  # duckdb raises its own error types for bad SQL
-        if type(err).__module__.startswith("duckdb") or "duckdb" in type(err).__module__:
-            raise MemoryPipelineError(
-                f"query failed: {str(err).splitlines()[0]}",
-                hint="check the SQL; tables: coverage, problems, file_status, embedding_cost, prices, source_files, vector_rows, runs",
-            ) from err
-        raise
     if args.json:
         _print_json({"coverage": coverage, "problems": problems, "problem_files": problem_files, "embedding_cost": cost})
         return 0

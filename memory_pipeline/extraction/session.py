@@ -28,7 +28,13 @@ _LISTED_LINES = 10
 _ROLES = {"user": "user", "human": "user", "assistant": "assistant", "ai": "assistant", "model": "assistant"}
 
 
-def _content_text(content: Any) -> str:
+def _content_text(content: Any) -> str | None:
+    """The text of a message's content: a string, parts of text, or one part as an object
+    (``{"type": "text", "text": ...}``); "" for none (None is an assistant's tool call: nothing to
+    say). None for content that holds something but no text this reader knows (a number, an object
+    without ``text``): reported, not dropped in silence."""
+    if content is None:
+        return ""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
@@ -42,27 +48,22 @@ def _content_text(content: Any) -> str:
                     parts.append(value)
         return "\n".join(parts)
     if isinstance(content, dict) and isinstance(content.get("text"), str):
-        return content["text"]  # one part as an object: {"type": "text", "text": "..."}
-    return ""
+        return content["text"]
+    return None
 
 
-def _unreadable_content(content: Any) -> bool:
-    """Content that holds something but no text this reader knows (a number, an object without
-    ``text``): reported, not dropped in silence. None is an assistant's tool call: nothing to say."""
-    return content is not None and not isinstance(content, (str, list)) and not (isinstance(content, dict) and isinstance(content.get("text"), str))
-
-
-def _message(record: dict) -> tuple[str, str, str] | None:
-    """(role, text, timestamp) of a user/assistant record, else None."""
+def _message(record: dict) -> tuple[str, str | None, str] | None:
+    """(role, text, timestamp) of a user/assistant record, else None; text is None when the
+    content holds no text this reader knows (see :func:`_content_text`)."""
     message = record.get("message")
     msg = message if isinstance(message, dict) else record
     role = msg.get("role") or record.get("role") or record.get("type")
     role = _ROLES.get(str(role).lower()) if role else None
     if role is None:
         return None
-    text = _content_text(msg.get("content", msg.get("text", "")))
+    text = _content_text(msg.get("content", msg.get("text")))
     timestamp = record.get("timestamp") or msg.get("timestamp") or record.get("created_at") or ""
-    return role, text.strip(), _iso(timestamp)
+    return role, None if text is None else text.strip(), _iso(timestamp)
 
 
 def _iso(value: Any) -> str:
@@ -123,11 +124,9 @@ def session_segments(src: OpenedFile, options: MediaOptions) -> Segments:
         if parsed is None:
             continue
         role, body, timestamp = parsed
+        if body is None:
+            no_text.append(line_no)
         if not body:
-            message = record.get("message")
-            msg = message if isinstance(message, dict) else record
-            if _unreadable_content(msg.get("content", msg.get("text"))):
-                no_text.append(line_no)
             continue
         if len(segments) >= options.max_segments:
             capped = True

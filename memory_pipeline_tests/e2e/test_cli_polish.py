@@ -161,3 +161,12 @@ def test_analytics_builds_a_missing_database_and_says_when_nothing_is_indexed(tm
         "analytics", "--config", str(cfg), "--json", "--sql", "SELECT sum(files_indexed)::BIGINT AS n, (SELECT count(*) FROM runs) AS runs FROM coverage"
     )["rows"]
     assert rows == [{"n": 3, "runs": 2}] and db.is_file()
+    bad_sql = run_cli("analytics", "--config", str(cfg), "--sql", "SELECT nope FROM nowhere")
+    assert bad_sql.returncode == 1 and bad_sql.stderr.startswith("[ERROR] query failed: ") and "check the SQL" in bad_sql.stderr, bad_sql.stderr
+    # A data file DuckDB cannot read while it builds the database: one line naming it, exit 1.
+    damaged = next((tmp_path / "index" / "assets" / "source_files").glob("[0-9a-f][0-9a-f].parquet"))
+    damaged.write_bytes(b"not parquet at all")
+    broken = run_cli("analytics", "--config", str(cfg))
+    err = broken.stderr.strip()
+    assert broken.returncode == 1 and err.startswith("[ERROR] cannot build the analytics database: ") and damaged.name in err, err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err and "`memory index` repairs" in err, err
