@@ -808,9 +808,13 @@ def shown_endpoint(endpoint: str) -> str:
     (``http://user:secret@host:9000`` -> ``http://host:9000``)."""
     if "@" not in endpoint:
         return endpoint
-    scheme, sep, rest = endpoint.rpartition("://")
-    host = rest.rpartition("@")[2]  # the last "@": a hand-pasted password may hold "@", "/" or "#"
-    return f"{scheme}{sep}{host}"
+    scheme = _SCHEME.match(endpoint)  # none: a bare host:port (a password may hold "://" too)
+    head = scheme.group(0) if scheme else ""
+    host = endpoint[len(head) :].rpartition("@")[2]  # the last "@": a hand-pasted password may hold "@", "/" or "#"
+    return f"{head}{host}"
+
+
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")  # RFC 3986's scheme, and its "://"
 
 
 def _aws_env() -> tuple[str, str, bool]:

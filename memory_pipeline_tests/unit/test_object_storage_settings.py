@@ -7,6 +7,7 @@ read for the object store.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -166,3 +167,29 @@ def test_an_endpoints_password_is_never_shown(endpoint: str, shown: str):
     said = storage.one_line(f'Could not connect to the endpoint URL: "{endpoint}/memory"')
     assert said == f'Could not connect to the endpoint URL: "{shown}/memory"' or "://" not in endpoint, said
     assert not any(secret in said for secret in ("hunter2", "p@ss", "pa/ss", "b#c?d"))
+
+
+# What a hand-pasted user name or password may hold: anything but whitespace and control
+# characters (str.split would cut the message there); "@", "/", "#", "?", ":" and "://" included.
+_PASTED = st.text(alphabet=st.characters(blacklist_categories=("Cs", "Cc", "Zs", "Zl", "Zp")), min_size=1, max_size=24)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    scheme=st.sampled_from(["http", "https"]),
+    user=_PASTED,
+    password=_PASTED,
+    host=st.from_regex(r"[a-z0-9]([a-z0-9.-]{0,30}[a-z0-9])?", fullmatch=True),
+    port=st.one_of(st.none(), st.integers(1, 65535)),
+)
+@example(scheme="http", user="u", password="a://b", host="h", port=9)
+@example(scheme="http", user="a@b", password="c@d/e#f?g", host="h", port=None)
+def test_no_user_name_or_password_of_any_endpoint_is_shown(scheme: str, user: str, password: str, host: str, port: int | None):
+    where = f"{host}:{port}" if port else host
+    for endpoint in (f"{scheme}://{user}:{password}@{where}", f"{scheme}://{password}@{where}"):
+        assert storage.shown_endpoint(endpoint) == f"{scheme}://{where}", endpoint
+        said = storage.one_line(f'Could not connect to the endpoint URL: "{endpoint}/memory/assets"')
+        assert said == f'Could not connect to the endpoint URL: "{scheme}://{where}/memory/assets"', (endpoint, said)
+    bare = f"{user}:{password}@{where}"  # a bare host:port, unless it reads as a scheme ("ab" + ":" + "//…")
+    if not re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", bare):
+        assert storage.shown_endpoint(bare) == where
