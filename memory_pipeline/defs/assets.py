@@ -278,8 +278,15 @@ def source_files(
     bad: list[dict] = []
 
     def metadata() -> dict:
-        bad.extend(stages.run_errors(settings, shards))
-        return {**{k: dg.MetadataValue.int(v) for k, v in asdict(counts).items()}, "partitions": len(shards), "problems": _problems(bad)}
+        own = {shard: stages.run_errors(settings, [shard]) for shard in shards}
+        bad.extend(sorted((e for errs in own.values() for e in errs), key=lambda e: e["path"]))
+        numbers = {k: dg.MetadataValue.int(v) for k, v in asdict(counts).items()}  # each partition's own, from _frames
+        md = {**numbers, "partitions": len(shards), "problems": _problems(bad)}
+        if len(shards) > 1:  # each partition lists its own problem files; the run's count and list are the run's
+            for shard, errs in own.items():
+                context.add_asset_metadata({"problems": _problems(errs)}, asset_key="source_files", partition_key=shard)
+            run_level(context, md, keep=set(numbers))
+        return md
 
     stream = stages.discover(settings, shards, force=config.force, fp=fingerprint(settings, ident), ident=ident, counts=counts)
     frames = _frames(stream, run_results, metadata, context=context, key="source_files", counts=counts)

@@ -253,8 +253,10 @@ def test_each_partition_reports_its_own_numbers(made, request):
 
 
 def test_problem_lists_are_table_metadata(built):
-    _, result = built
-    problems = _event_metadata(result, "source_files")["problems"]
+    from memory_pipeline.discovery import shard_of
+
+    config, result = built
+    problems = _event_metadata(result, "source_files")["run_problems"]  # a run over every shard: the run's list
     failures = _event_metadata(result, "extracted_content")["failures"]
     chunk_failures = _event_metadata(result, "memory_chunks")["failures"]
     for value in (problems, failures, chunk_failures):
@@ -264,6 +266,17 @@ def test_problem_lists_are_table_metadata(built):
     assert rows["empty.md"]["status"] == "skipped" and rows["empty.md"]["reason"]
     failed = {Path(r.data["path"]).name: r.data for r in failures.records}
     assert failed["latin1.md"]["status"] == "failed" and failed["latin1.md"]["reason"]
+    # Each partition lists its own shard's problem files (it listed the run's on every partition).
+    mem = config.parent / "mem"
+    own = {
+        e.partition: e.event_specific_data.materialization.metadata["problems"]
+        for e in result.get_asset_materialization_events()
+        if e.event_specific_data.materialization.asset_key.to_user_string() == "source_files"
+    }
+    assert len(own) == 16
+    for shard, table in own.items():
+        assert all(shard_of("mem", Path(r.data["path"]).relative_to(mem).as_posix()) == shard for r in table.records), shard
+    assert sorted(r.data["path"] for t in own.values() for r in t.records) == sorted(r.data["path"] for r in problems.records)
 
 
 def test_problem_lists_are_capped():
