@@ -198,14 +198,27 @@ def _frames(
 
     Each partition's materialization carries that shard's own numbers: its rows
     (``dagster/partition_row_count``) and what the shard added to the stage's ``counts``
-    (measured between the frames), or the numbers the stage recorded in ``per_shard``. The
-    output's own metadata keeps the run's totals for the keys no partition overrides.
+    (measured between the frames), or the numbers the stage recorded in ``per_shard``; in a run
+    over several shards, also the files that failed in that shard (the run's list is then
+    ``run_failures``). The output's own metadata keeps the run's totals for the keys no partition
+    overrides.
     """
     numbers: dict[str, dict[str, int]] = per_shard if per_shard is not None else {}
-    pairs = shards_of_stage.measured(stream, counts, numbers) if counts is not None else stream
+    lists: dict[str, dict[str, list]] = {}
+    pairs = shards_of_stage.measured(stream, counts, numbers, lists) if counts is not None else stream
+    several = len(context.partition_keys) > 1
 
     def own(shard: str, rows: int) -> None:
-        context.add_asset_metadata({**numbers.get(shard, {}), "dagster/partition_row_count": rows}, asset_key=key, partition_key=shard)
+        problems = {k: _problems(v) for k, v in lists.get(shard, {}).items()} if several else {}
+        context.add_asset_metadata({**numbers.get(shard, {}), **problems, "dagster/partition_row_count": rows}, asset_key=key, partition_key=shard)
+
+    def run_metadata() -> Mapping[str, Any]:
+        # A list a partition has its own of (its failures) is the run's under run_<name>.
+        md = dict(metadata())
+        for name in shards_of_stage.listed(counts) if several else ():
+            if name in md:
+                md[f"run_{name}"] = md.pop(name)
+        return md
 
     def guarded():
         with _reported(results, retry_transient):
@@ -222,7 +235,7 @@ def _frames(
             if current is not None:
                 own(current, rows)
 
-    return ShardFrames(guarded(), metadata)
+    return ShardFrames(guarded(), run_metadata)
 
 
 def run_level(context: dg.AssetExecutionContext, metadata: dict, *, keep: set[str]) -> None:

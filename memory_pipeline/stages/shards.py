@@ -31,17 +31,33 @@ def additive(counts: Any) -> dict[str, int]:
     return out
 
 
-def measured(stream: Iterable[tuple[str, T]], counts: Any, into: dict[str, dict[str, int]]) -> Iterator[tuple[str, T]]:
+def listed(counts: Any) -> dict[str, list]:
+    """The list fields of a counts dataclass (its ``failures``): entries that belong to one shard."""
+    if not is_dataclass(counts):
+        return {}
+    return {f.name: value for f in fields(counts) if isinstance(value := getattr(counts, f.name), list)}
+
+
+def measured(
+    stream: Iterable[tuple[str, T]], counts: Any, into: dict[str, dict[str, int]], lists: dict[str, dict[str, list]] | None = None
+) -> Iterator[tuple[str, T]]:
     """Pass a stage's ``(shard, frame)`` pairs through, recording in ``into[shard]`` what that shard
     added to ``counts`` (a stage yields a shard's frame once that shard's work is counted; a shard
-    that comes in pieces adds up what each piece added)."""
+    that comes in pieces adds up what each piece added), and in ``lists[shard]`` the entries it
+    added to the counts' lists (its failures)."""
     before = additive(counts)
+    lengths = {k: len(v) for k, v in listed(counts).items()}
     for shard, frame in stream:
         now = additive(counts)
         got = into.setdefault(shard, {})
         for k, v in now.items():
             got[k] = got.get(k, 0) + v - before.get(k, 0)
         before = now
+        if lists is not None:
+            own = lists.setdefault(shard, {})
+            for k, v in listed(counts).items():
+                own.setdefault(k, []).extend(v[lengths.get(k, 0) :])
+                lengths[k] = len(v)
         yield shard, frame
         del frame  # not held while the stage makes the next
 
@@ -51,4 +67,4 @@ def delta(before: dict[str, int], counts: Any) -> dict[str, int]:
     return {k: v - before.get(k, 0) for k, v in additive(counts).items()}
 
 
-__all__ = ["additive", "delta", "measured"]
+__all__ = ["additive", "delta", "listed", "measured"]

@@ -257,8 +257,8 @@ def test_problem_lists_are_table_metadata(built):
 
     config, result = built
     problems = _event_metadata(result, "source_files")["run_problems"]  # a run over every shard: the run's list
-    failures = _event_metadata(result, "extracted_content")["failures"]
-    chunk_failures = _event_metadata(result, "memory_chunks")["failures"]
+    failures = _event_metadata(result, "extracted_content")["run_failures"]
+    chunk_failures = _event_metadata(result, "memory_chunks")["run_failures"]
     for value in (problems, failures, chunk_failures):
         assert isinstance(value, dg.TableMetadataValue)
         assert [c.name for c in value.schema.columns] == ["path", "status", "reason"]
@@ -267,16 +267,23 @@ def test_problem_lists_are_table_metadata(built):
     failed = {Path(r.data["path"]).name: r.data for r in failures.records}
     assert failed["latin1.md"]["status"] == "failed" and failed["latin1.md"]["reason"]
     # Each partition lists its own shard's problem files (it listed the run's on every partition).
+    # So do extracted_content's and memory_chunks' failures.
     mem = config.parent / "mem"
-    own = {
-        e.partition: e.event_specific_data.materialization.metadata["problems"]
-        for e in result.get_asset_materialization_events()
-        if e.event_specific_data.materialization.asset_key.to_user_string() == "source_files"
-    }
-    assert len(own) == 16
-    for shard, table in own.items():
-        assert all(shard_of("mem", Path(r.data["path"]).relative_to(mem).as_posix()) == shard for r in table.records), shard
-    assert sorted(r.data["path"] for t in own.values() for r in t.records) == sorted(r.data["path"] for r in problems.records)
+    for asset, name, run_list in (
+        ("source_files", "problems", problems),
+        ("extracted_content", "failures", failures),
+        ("memory_chunks", "failures", chunk_failures),
+    ):
+        own = {
+            e.partition: e.event_specific_data.materialization.metadata[name]
+            for e in result.get_asset_materialization_events()
+            if e.event_specific_data.materialization.asset_key.to_user_string() == asset
+        }
+        assert len(own) == 16, asset
+        for shard, table in own.items():
+            assert all(shard_of("mem", Path(r.data["path"]).relative_to(mem).as_posix()) == shard for r in table.records), (asset, shard)
+        assert sorted(r.data["path"] for t in own.values() for r in t.records) == sorted(r.data["path"] for r in run_list.records), asset
+    assert failures.records  # the sample has files that fail extraction
 
 
 def test_problem_lists_are_capped():
