@@ -4,7 +4,6 @@ import warnings
 from pathlib import Path
 
 import dagster as dg
-from dagster.components.core.component_tree import ComponentTree
 
 from memory_pipeline.defs.dagster_storage import enable_event_batches
 
@@ -12,22 +11,25 @@ enable_event_batches()  # runs the daemon and the UI launch batch their events t
 
 
 def load_defs(path_within_project: Path) -> dg.Definitions:
-    """The defs folder's definitions, as `dg.load_from_defs_folder` loads them, less its catalogue
-    of every component type that the installed Dagster plugins offer.
+    """The defs folder's definitions, as `dg.load_from_defs_folder` loads them, less what the
+    project root adds beside the folder.
 
-    `load_from_defs_folder` builds the project root, which adds that catalogue: it imports each
-    plugin (dagster-aws's components among them) and snapshots its types, for the UI's list of
-    components to scaffold. This project declares no components, and every run process (one per
-    shard, or one per step) loads these definitions, so that was 0.6-0.9 s of a run with nothing
-    to do. Building the defs folder itself gives the same assets, checks, jobs, sensors,
-    schedules, resources and executor; the component tree is kept on the result, as the root
-    keeps it.
+    `load_from_defs_folder` builds the project root, which adds two things: a catalogue of every
+    component type the installed Dagster plugins offer (it imports each plugin, dagster-aws's
+    components among them, and snapshots its types), and the components added in the UI. Both
+    serve authoring components from the UI, a Dagster+ feature (open source Dagster does not
+    permit it), and this project declares no components. Every run process (one per shard, or
+    one per step) loads these definitions, and the catalogue was 0.6-0.9 s of a run with nothing
+    to do. The defs folder itself gives the same assets, checks, jobs, sensors, schedules,
+    resources and executor (`dagster/test_idioms.py` compares them); the component tree is kept
+    on the result, as the root keeps it, so the UI still shows the project's tree.
     """
-    tree = ComponentTree.for_project(path_within_project=path_within_project)
     with warnings.catch_warnings():
-        # the defs-folder loader reads plain modules through Dagster's preview module loaders;
-        # load_from_defs_folder silences the same warnings
-        warnings.simplefilter("ignore", dg.PreviewWarning)
+        # what load_from_defs_folder silences (@suppress_dagster_warnings): its module loaders
+        # are Dagster previews
+        for category in (dg.PreviewWarning, dg.BetaWarning, dg.SupersessionWarning, DeprecationWarning):
+            warnings.simplefilter("ignore", category)
+        tree = dg.ComponentTree.for_project(path_within_project=path_within_project)
         folder = tree.build_defs(tree.defs_module_path)
     return dg.Definitions.merge(folder, dg.Definitions(component_tree=tree))
 

@@ -277,7 +277,7 @@ class DataStore:
         if self.remote:
             path = self._object(self._asset_key(asset, shard, suffix))[1]
             aside = f"{path}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}"
-            moved = bool(etag) and _set_aside(path, etag, aside)
+            moved = bool(etag) and _set_aside(path, etag, aside) is True
             where = f"s3://{path}"
         else:
             target = self.asset(asset, shard, suffix)
@@ -887,21 +887,42 @@ def _code(err: BaseException) -> str:
     return str(getattr(err, "response", {}).get("Error", {}).get("Code", ""))
 
 
-# S3 error codes that no retry can mend: the caller's identity or the bucket is wrong.
+# S3 error codes that no retry can mend: the caller's identity, the bucket or its region is wrong.
 _PERMANENT_CODES = frozenset(
     {
         "AccessDenied", "AllAccessDisabled", "AccountProblem", "InvalidAccessKeyId", "SignatureDoesNotMatch",
-        "InvalidToken", "ExpiredToken", "NoSuchBucket", "InvalidBucketName", "401", "403",
+        "InvalidToken", "ExpiredToken", "NoSuchBucket", "InvalidBucketName", "AuthorizationHeaderMalformed",
+        "PermanentRedirect",
     }
 )  # fmt: skip
+# The same, as the other clients word them: pyarrow's (the AWS C++ SDK's ``ACCESS_DENIED``) and
+# LanceDB's (Rust object_store's "Client error with status 403 Forbidden: <Code>AccessDenied…").
+_PERMANENT_TEXT = re.compile(
+    r"\b(?:" + "|".join(sorted(_PERMANENT_CODES)) + r"|ACCESS_DENIED|INVALID_ACCESS_KEY_ID|SIGNATURE_DOES_NOT_MATCH|NO_SUCH_BUCKET"
+    r"|status 40[13]\b|HTTP status code 40[13]\b|40[13] Forbidden|401 Unauthorized)"
+)
 
 
 def _permanent(err: BaseException) -> bool:
     """Whether an S3 call's error is one that trying again cannot mend (denied, no such bucket,
-    no credentials or profile); a connection error, a timeout or throttling is not."""
-    from botocore.exceptions import NoCredentialsError, PartialCredentialsError, ProfileNotFound
+    a profile or keys that do not exist); a connection error, a timeout, throttling or credentials
+    not found (the instance metadata service may be slow to answer) is not."""
+    from botocore.exceptions import PartialCredentialsError, ProfileNotFound
 
-    return _code(err) in _PERMANENT_CODES or isinstance(err, (NoCredentialsError, PartialCredentialsError, ProfileNotFound))
+    return _code(err) in _PERMANENT_CODES or _code(err) in ("401", "403") or isinstance(err, (PartialCredentialsError, ProfileNotFound))
+
+
+def permanent_failure(err: BaseException | None) -> bool:
+    """Whether a store error, or one it was raised from, is one no retry can mend: an
+    :class:`ObjectStoreError` marked ``permanent``, or a message of any client that says access
+    was denied or the bucket does not exist (the table's and pyarrow's errors come wrapped)."""
+    for _ in range(8):  # the error and what it was raised from
+        if err is None:
+            return False
+        if getattr(err, "permanent", False) or _PERMANENT_TEXT.search(str(err)):
+            return True
+        err = err.__cause__ or err.__context__
+    return False
 
 
 def _s3_client():
@@ -960,9 +981,10 @@ def get_object(path: str, client=None) -> tuple[bytes, str] | None:
         raise ObjectStoreError(f"s3://{path}: {_reason(err)}", permanent=_permanent(err)) from None
 
 
-def _set_aside(path: str, etag: str, aside: str) -> bool:
-    """Move the damaged version ``etag`` of an object to ``aside``; False when the object was
-    replaced since it was read (the new version is read instead: it may be whole).
+def _set_aside(path: str, etag: str, aside: str) -> bool | None:
+    """Move the damaged version ``etag`` of an object to ``aside``: True when it moved; False when
+    the object was replaced since it was read (the new version is read instead: it may be whole);
+    None when the store refused the copy or the delete (warned; the object is left where it is).
 
     The copy and the delete are both conditional on that version (``If-Match``), and the version
     is checked between them too, for a store that ignores the conditions."""
@@ -981,6 +1003,7 @@ def _set_aside(path: str, etag: str, aside: str) -> bool:
         if _code(err) in ("PreconditionFailed", "412", "NoSuchKey", "404"):
             return False
         log.warning("could not set aside s3://%s: %s", path, _reason(err))
+        return None
     return True
 
 
@@ -1053,8 +1076,11 @@ def read_object_parquet(path: str, schema: pa.Schema | None) -> pa.Table:
         except (pa.ArrowException, OSError, ValueError) as err:
             kind = type(err).__name__
         aside = f"{path}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}"
-        if _set_aside(path, etag, aside):
-            log.warning("s3://%s is damaged (%s); moved aside to %s and rebuilt", path, kind, aside.rsplit("/", 1)[-1])
+        moved = _set_aside(path, etag, aside)
+        if moved is not False:
+            # Read as empty either way: its work is made again and the object written over.
+            done = f"moved aside to {aside.rsplit('/', 1)[-1]}" if moved else "left where it is (the store refused to move it)"
+            log.warning("s3://%s is damaged (%s); %s, and rebuilt", path, kind, done)
             return empty
     raise OSError(f"s3://{path} kept changing under {_CAS_ATTEMPTS} attempts to read it")
 

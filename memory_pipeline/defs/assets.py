@@ -45,7 +45,7 @@ from memory_pipeline.defs import checks
 from memory_pipeline.defs.io_managers import ShardFrames, column_schema
 from memory_pipeline.defs.partitions import MAINTENANCE_TAG, shard_partitions
 from memory_pipeline.defs.resources import EmbedderResource, MemoryConfigResource
-from memory_pipeline.errors import ConfigError, IndexMismatchError, ObjectStoreError, PrimaryFailed, ProviderError, StoreError
+from memory_pipeline.errors import ConfigError, IndexMismatchError, PrimaryFailed, ProviderError, StoreError
 from memory_pipeline.models import CHUNKS_SCHEMA, DELETIONS_SCHEMA, EXTRACTION_STATUS_SCHEMA, INDEXED_STATE_SCHEMA, MANIFEST_SCHEMA, SEGMENTS_SCHEMA
 from memory_pipeline.providers.pricing import estimate
 from memory_pipeline.stages import RunResults, StageHooks
@@ -140,7 +140,7 @@ def _reported(results: RunResults, retry_transient: bool) -> Iterator[None]:
         raise
     except (StoreError, sqlite3.OperationalError) as err:
         results.failed(err)
-        if not retry_transient or (isinstance(err, ObjectStoreError) and err.permanent):
+        if not retry_transient or storage.permanent_failure(err):
             raise
         raise dg.RetryRequested(max_retries=_STEP_RETRIES, seconds_to_wait=2) from err
     except Exception as err:

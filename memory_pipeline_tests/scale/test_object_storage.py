@@ -562,14 +562,14 @@ def test_a_bucket_that_refuses_deletes_stops_merging_its_ledgers(tmp_path: Path,
 
 
 def test_a_missing_bucket_or_profile_fails_a_step_at_once_and_an_outage_retries_it(monkeypatch):
-    """Trying again cannot mend a bucket that does not exist or credentials that cannot be found,
-    so a step that retries transient store errors (2 s each) fails at once on them; a store that
-    does not answer is retried."""
+    """Trying again cannot mend a bucket that does not exist, a denied request or a profile that
+    does not exist, so a step that retries transient store errors (2 s each) fails at once on
+    them, also when another error wraps them; a store that does not answer is retried."""
     import dagster as dg
 
     from memory_pipeline import storage
     from memory_pipeline.defs.assets import _reported
-    from memory_pipeline.errors import ObjectStoreError
+    from memory_pipeline.errors import ObjectStoreError, StoreError
     from memory_pipeline.stages.report import RunResults
 
     monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
@@ -588,8 +588,57 @@ def test_a_missing_bucket_or_profile_fails_a_step_at_once_and_an_outage_retries_
     assert missing.value.permanent and "NoSuchBucket" in str(missing.value), str(missing.value)
     assert no_profile.value.permanent and "no-such-profile" in str(no_profile.value), str(no_profile.value)
     assert not down.value.permanent, str(down.value)
-    for err, retried in ((missing.value, False), (no_profile.value, False), (down.value, True)):
+    # Wrapped, as the generation pointer's reader and the table wrap them, and as pyarrow's and
+    # LanceDB's clients word a denial (their messages, verbatim in form).
+    wrapped = []
+    for cause in (
+        missing.value,
+        down.value,
+        OSError("When getting information for bucket 'memory': AWS Error ACCESS_DENIED during HeadBucket operation: No response body."),
+        OSError("When reading information for key 'a' in bucket 'memory': AWS Error NETWORK_CONNECTION during HeadObject operation: curlCode: 7"),
+        OSError("Generic S3 error: Error performing put request: Client error with status 403 Forbidden: <Code>AccessDenied</Code>"),
+        OSError("Generic S3 error: Error performing put request: Server error with status 503 Service Unavailable: SlowDown"),
+    ):
+        try:
+            raise StoreError("cannot read the generation pointer s3://memory/team/generations.json") from cause
+        except StoreError as err:
+            wrapped.append(err)
+    cases = [(missing.value, False), (no_profile.value, False), (down.value, True)]
+    cases += [(wrapped[0], False), (wrapped[1], True), (wrapped[2], False), (wrapped[3], True), (wrapped[4], False), (wrapped[5], True)]
+    for err, retried in cases:
         results = RunResults()
-        with pytest.raises(dg.RetryRequested if retried else ObjectStoreError), _reported(results, retry_transient=True):
+        with pytest.raises(dg.RetryRequested if retried else StoreError), _reported(results, retry_transient=True):
             raise err
         assert results.error is err
+
+
+def test_a_damaged_object_the_store_refuses_to_move_is_read_as_empty_and_said_to_stay(tmp_path: Path, monkeypatch, caplog):
+    """A bucket that refuses the copy (no s3:PutObject on the aside key, say): the damaged
+    partition still reads as empty, so its work is made again, and the warning says it was left
+    where it is; it said "moved aside" when nothing had moved."""
+    import logging
+
+    from botocore.exceptions import ClientError
+
+    from memory_pipeline import storage
+    from memory_pipeline.models import MANIFEST_SCHEMA
+
+    with s3_server("memory") as env:
+        data = _store_on(env, monkeypatch, tmp_path, "stuck")
+        client = storage._s3_client()
+        key = "stuck/assets/source_files/00.parquet"
+        client.put_object(Bucket="memory", Key=key, Body=b"not parquet")
+
+        def refused(**kwargs):
+            raise ClientError({"Error": {"Code": "AccessDenied", "Message": "Access Denied"}}, "CopyObject")
+
+        client.copy_object = refused
+        try:
+            with caplog.at_level(logging.WARNING, logger="memory_pipeline"):
+                table = data.read("source_files", "00", MANIFEST_SCHEMA)
+        finally:
+            del client.copy_object  # the client's own method again
+        assert table.num_rows == 0 and table.schema == MANIFEST_SCHEMA
+        said = " ".join(r.getMessage() for r in caplog.records)
+        assert "could not set aside" in said and "left where it is" in said and "moved aside" not in said, said
+        assert client.get_object(Bucket="memory", Key=key)["Body"].read() == b"not parquet"  # still there
