@@ -25,10 +25,17 @@ Detectors, in order of precedence when two find the same text:
    safe across threads. Each runs only where its gate (below) passes, which keeps
    ordinary prose cheap (all plugins on every line would cost ~1.2 s/MB).
 2. Our own token shapes, each where the plugins miss it (reasons beside each).
-3. ``Authorization:`` / ``Bearer`` headers, URL credentials, and key/value assignments
-   whose key names a secret (see ``_assignments``), our own code: the plugins'
-   versions (BasicAuthDetector, KeywordDetector) are built for source files and go
-   wrong on notes, as explained where ours are defined.
+3. ``Authorization:`` / ``Bearer`` and ``Cookie:`` headers, URL credentials (and a
+   random-looking token as a URL's user), signatures in a URL's query string (Azure
+   SAS, presigned S3/GCS), passwords on command lines (``mysql -p``, ``curl -u``,
+   ``docker login -p``, ``--token x``; ``.netrc`` and ``.pgpass`` lines, see
+   ``_CLI``), and key/value assignments whose key names a secret (see
+   ``_assignments``), our own code: the plugins' versions (BasicAuthDetector,
+   KeywordDetector) are built for source files and go wrong on notes, as explained
+   where ours are defined.
+
+Private key blocks (PEM, PGP, PuTTY, and PEM encoded once more in base64) are found
+in the whole text first, since they span lines or run past a window.
 
 Not used: the high-entropy string detectors. On prose they redact git SHAs, UUIDs,
 hashes and ids that users search for. A random-looking value is only redacted where a
@@ -38,6 +45,7 @@ prose) is the one place a random-looking run alone counts.
 
 from __future__ import annotations
 
+import base64
 import bisect
 import functools
 import importlib
@@ -123,7 +131,7 @@ class _LineIndex:
 # A keyword, an identifier's tail, closing quotes, and an assignment. Bounded and
 # possessive ({0,80}+ never gives back), so linear on any text, long identifiers too.
 _ASSIGNMENT_GATE = re.compile(
-    r"""(?:pass|pwd|pw|secret|token|key|credential|auth|contrase)[\w.\-]{0,80}+(?:\\?["'`]|[\]*)]){0,3}[ \t]{0,8}"""
+    r"""(?:pass|pwd|pw|psk|secret|token|key|credential|auth|contrase)[\w.\-]{0,80}+(?:\\?["'`]|[\]*)]){0,3}[ \t]{0,8}"""
     r"""(?:[:=!]|[ \t](?:is|was)[ \t])"""
 )
 
@@ -274,6 +282,28 @@ _SHAPES: tuple[_Shape, ...] = (
     _Shape("digitalocean-token", re.compile(r"do[opr]_v1_[a-f0-9]{64}"), ("_v1_",)),
     _Shape("shopify-token", re.compile(r"shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}"), ("shp",)),
     _Shape("databricks-token", re.compile(r"dapi[a-f0-9]{32}"), ("dapi",)),
+    # More prefixed tokens without a plugin, frequent in agent notes (prefixes and lengths
+    # as the issuers document them; a short prefix also needs a random-looking value).
+    _Shape("vault-token", re.compile(r"(?<![A-Za-z0-9_.\-])hv[sbr]\.[A-Za-z0-9_\-]{24,}"), ("hvs.", "hvb.", "hvr."), _mixed),
+    _Shape("grafana-token", re.compile(r"glsa_[A-Za-z0-9]{32}_[A-Fa-f0-9]{8}|glc_[A-Za-z0-9+/]{32,}={0,2}"), ("glsa_", "glc_")),
+    _Shape("linear-key", re.compile(r"lin_api_[A-Za-z0-9]{40}"), ("lin_api_",)),
+    _Shape("postman-key", re.compile(r"PMAK-[a-fA-F0-9]{24}-[a-fA-F0-9]{34}"), ("PMAK-",)),
+    _Shape("age-secret-key", re.compile(r"AGE-SECRET-KEY-1[QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L]{58}"), ("AGE-SECRET-KEY-1",)),
+    _Shape("doppler-token", re.compile(r"dp\.(?:st|sa|ct|scim|audit|pt)\.(?:[a-z0-9_\-]{2,35}\.)?[A-Za-z0-9]{40,44}"), ("dp.",)),
+    _Shape("supabase-key", re.compile(r"sb_secret_[A-Za-z0-9_\-]{20,}"), ("sb_secret_",)),
+    _Shape("discord-webhook", re.compile(r"discord(?:app)?\.com/api/webhooks/\d{17,20}/[A-Za-z0-9_\-]{60,}"), ("/api/webhooks/",)),
+    # base64 of '{"auths":': a Docker config (a Kubernetes .dockerconfigjson) holding registry passwords.
+    _Shape("docker-auth", re.compile(r"eyJhdXRocyI6[A-Za-z0-9+/]{16,}={0,2}"), ("eyJhdXRocyI6",)),
+    _Shape("xai-key", re.compile(r"(?<![A-Za-z0-9_\-])xai-[A-Za-z0-9]{70,}"), ("xai-",)),
+    _Shape("groq-key", re.compile(r"(?<![A-Za-z0-9_\-])gsk_[A-Za-z0-9]{48,}"), ("gsk_",)),
+    _Shape("replicate-token", re.compile(r"(?<![A-Za-z0-9_\-])r8_[A-Za-z0-9]{37}(?![A-Za-z0-9])"), ("r8_",), _mixed),
+    _Shape("perplexity-key", re.compile(r"pplx-[A-Za-z0-9]{48}"), ("pplx-",)),
+    _Shape("langsmith-key", re.compile(r"lsv2_(?:pt|sk)_[a-f0-9]{32}_[a-f0-9]{10}"), ("lsv2_",)),
+    _Shape("pinecone-key", re.compile(r"pcsk_[A-Za-z0-9_]{40,}"), ("pcsk_",)),
+    _Shape("docker-hub-token", re.compile(r"dckr_pat_[A-Za-z0-9_\-]{27,}"), ("dckr_pat_",)),
+    _Shape("tailscale-key", re.compile(r"tskey-[a-z]+-[A-Za-z0-9]{6,}-[A-Za-z0-9]{20,}"), ("tskey-",)),
+    _Shape("notion-token", re.compile(r"ntn_[0-9]{11}[A-Za-z0-9]{35}"), ("ntn_",)),
+    _Shape("sentry-token", re.compile(r"sntry[su]_[A-Za-z0-9+/=_]{40,}"), ("sntrys_", "sntryu_")),
 )
 
 # "Bearer <token>" anywhere, and the value of an Authorization header (Basic, Token,
@@ -287,6 +317,17 @@ _AUTH_HEADER = re.compile(r"""(?i)authorization\\?["']?[ \t]*[:=][ \t]*\\?["']?(
 # and returns only the password, which cannot be placed back in the line when short.
 # The password runs to the last "@" of the authority; user and host stay visible.
 _URL_CREDENTIALS = re.compile(r"""(?<![A-Za-z0-9+.\-])[A-Za-z][A-Za-z0-9+.\-]{0,30}://[^\s:/?#@\[\]"'<>\\]*:([^\s/?#"'<>\\]+)@(?=[A-Za-z0-9\[])""")
+# A token as the whole user part (https://<token>@github.com, a Sentry DSN's key): a user
+# name does not look random, so only a random-looking one (_mixed) of 20+ characters.
+_URL_TOKEN_USER = re.compile(r"""(?<![A-Za-z0-9+.\-])[A-Za-z][A-Za-z0-9+.\-]{0,30}://([A-Za-z0-9._~%\-]{20,256}+)@(?=[A-Za-z0-9\[])""")
+# Signatures in a query string: an Azure SAS "sig=", a presigned S3/GCS URL's
+# X-Amz-Signature/X-Goog-Signature. Whoever has the URL has the access it grants.
+_QUERY_SIGNATURE = re.compile(r"""(?i)[?&;](?:sig|signature|x-amz-signature|x-goog-signature)=([^\s&#"'<>\\;,]{8,512})""")
+# A Cookie / Set-Cookie header ("Copy as cURL" from a browser): each value of 8+
+# characters is a session or an id; the cookie names and Set-Cookie attributes stay.
+_COOKIE_HEADER = re.compile(r"""(?i)(?<![\w-])(?:set-)?cookie\\?["']?[ \t]*:[ \t]*""")
+_COOKIE_PAIR = re.compile(r"""[ \t]*([^\s=;"'\\]{1,128})=([^\s;"'\\]{0,4096}+)[ \t]*(?:;|(?=[\s"'\\]|$))""")
+_COOKIE_ATTRIBUTES = frozenset({"path", "domain", "expires", "max-age", "samesite", "priority", "version", "comment"})
 
 
 # --- key/value assignments ----------------------------------------------------------------
@@ -306,13 +347,14 @@ _URL_CREDENTIALS = re.compile(r"""(?<![A-Za-z0-9+.\-])[A-Za-z][A-Za-z0-9+.\-]{0,
 # operator, emphasis again. The lookbehind starts it at an identifier's start and the
 # bounds keep it linear on long runs of letters.
 _KEYED_IDENT = re.compile(
-    r"""(?<![\w.\-])[.\-]{0,8}(?P<ident>[\w.\-]{0,64}?(?:pass|pwd|pw|secret|token|key|credential|auth|contrase)(?:[\w.\-]{0,64}\w)?)[.\-]{0,8}(?![\w.\-])"""
+    r"""(?<![\w.\-])[.\-]{0,8}(?P<ident>[\w.\-]{0,64}?(?:pass|pwd|pw|psk|secret|token|key|credential|auth|contrase)(?:[\w.\-]{0,64}\w)?)[.\-]{0,8}(?![\w.\-])"""
     r"""(?:\\?["'`]|[\]*_)]){0,3}[ \t]{0,8}(?P<sep>:=|=>|={1,3}|!==?|::|:(?![/\\]{2})|[ \t](?:is|was)[ \t])[ \t]{0,8}(?:[*_]{1,3}[ \t]{0,4})?""",
     re.I,
 )
+_PREV_WORD = re.compile(r"(?<![\w.\-])([A-Za-z]{2,20})[ \t]$")
 _WORDS = re.compile(r"[A-ZÑ]?[a-zñ]+|[A-ZÑ]+(?![a-zñ])|[0-9]+")
 
-_PASSWORD_WORDS = frozenset({"password", "passwd", "pwd", "passphrase", "passcode", "contraseña", "contrasena"})
+_PASSWORD_WORDS = frozenset({"password", "passwd", "pwd", "passphrase", "passcode", "psk", "contraseña", "contrasena"})
 _SECRET_WORDS = _PASSWORD_WORDS | frozenset({"secret", "token", "credential", "credentials", "apikey", "privatekey"})
 # Secret only in a code-like key (auth: on a docker config line, DB_PASS=), since as
 # prose words they label ordinary things ("Pass: the salt", "Auth: Google").
@@ -330,20 +372,38 @@ _METADATA_WORDS = frozenset(
         "policies", "hint", "hints", "file", "files", "path", "paths", "dir", "name", "names", "url", "uri", "urls",
         "endpoint", "endpoints", "ttl", "expiry", "expires", "expiration", "expire", "expired", "timeout", "env",
         "var", "field", "fields", "header", "prompt", "reset", "required", "enabled", "enable", "disabled", "rotation",
-        "manager", "store", "version", "ref", "arn", "budget", "budgets", "usage", "tokens", "encoding", "format",
+        "version", "ref", "arn", "budget", "budgets", "usage", "tokens", "encoding", "format",
         "regex", "pattern", "mode", "method", "scheme", "provider", "source", "location", "label", "description",
         "placeholder", "example", "strength", "changed", "updated", "created", "age", "last", "santa", "sauce",
-        "ingredient", "vault", "rotate", "question", "questions", "input",
+        "ingredient", "rotate", "question", "questions", "input", "stdin", "change", "forgot",
     }
 )  # fmt: skip
+# Metadata only as the last word: password_manager, secrets_vault name where secrets are
+# kept, while VAULT_TOKEN, storePassword, trust_store_password are secrets.
+_CONTAINER_WORDS = frozenset({"vault", "manager", "store"})
+# A secret word glued to a prefix in a code-like key: PGPASSWORD, REDISPASSWORD, "csrftoken".
+_SECRET_SUFFIXES = ("password", "passwd", "passphrase", "secret", "token")
 
 # The value: quoted (CSV-doubled, JSON-escaped, plain, single, backtick) or a bare word.
 # A bare word stops at , ; & | < > and quotes, which end it in CSV rows, query strings
-# and markup far more often than they belong to a password.
+# and markup far more often than they belong to a password. A value is read up to
+# _VALUE_MAX characters (a quoted one may be cut there, its closing quote further on);
+# a value found and cut is then taken to its end (_VALUE_REST), so a long one (a
+# kubeconfig's client-key-data, an access token) keeps no visible tail.
+_VALUE_MAX = 512
 _VALUE = re.compile(
-    r"""""(?P<v0>[^"\r\n]{1,512})""|\\"(?P<v1>[^"\\\r\n]{1,512})\\"|"(?P<v2>[^"\r\n]{1,512})"|'(?P<v3>[^'\r\n]{1,512})'"""
-    r"""|`(?P<v4>[^`\r\n]{1,512})`|(?P<v5>[^\s"'`,;\\<>&|]{1,512})"""
+    r"""""(?P<v0>[^"\r\n]{1,512}+)(?:""|(?=[^"\r\n]))|\\"(?P<v1>[^"\\\r\n]{1,512}+)(?:\\"|(?=[^"\\\r\n]))"""
+    r"""|"(?P<v2>[^"\r\n]{1,512}+)(?:"|(?=[^"\r\n]))|'(?P<v3>[^'\r\n]{1,512}+)(?:'|(?=[^'\r\n]))"""
+    r"""|`(?P<v4>[^`\r\n]{1,512}+)(?:`|(?=[^`\r\n]))|(?P<v5>[^\s"'`,;\\<>&|]{1,512})"""
 )
+_VALUE_REST = {
+    "v0": re.compile(r'[^"\r\n]*+'),
+    "v1": re.compile(r'[^"\\\r\n]*+'),
+    "v2": re.compile(r'[^"\r\n]*+'),
+    "v3": re.compile(r"[^'\r\n]*+"),
+    "v4": re.compile(r"[^`\r\n]*+"),
+    "v5": re.compile(r"""[^\s"'`,;\\<>&|]*+"""),
+}
 # No nested quantifiers in these two: they run on text of any shape.
 _LINE_START = re.compile(r"""[ \t\-*+>#0-9.)"'{\[,(\\$]*(?:(?:export|set|setx)[ \t]+)?[ \t"'{\[]*""", re.I)
 _LINE_END = re.compile(r"""[ \t.,;:!)\]}]*(?:$|\\n|\\r)""")
@@ -379,12 +439,14 @@ def _key_kind(ident: str, quoted: bool) -> tuple[str | None, bool]:
 
 def _secret_key_kind(ident: str, code_like: bool) -> str | None:
     words = _key_words(ident)
-    if not words or any(w in _METADATA_WORDS for w in words):
+    if not words or any(w in _METADATA_WORDS for w in words) or words[-1] in _CONTAINER_WORDS:
         return None
     found: set[str] = set()
     for i, word in enumerate(words):
         if word in _SECRET_WORDS or (code_like and word in _WEAK_WORDS):
             found.add(word)
+        elif code_like:
+            found.update(s for s in _SECRET_SUFFIXES if word.endswith(s))
         if word in _KEY_PAIRS:  # written as one word: apikey, ACCOUNTKEY
             found.add(word)
         if i + 1 < len(words) and word + words[i + 1] in _KEY_PAIRS:
@@ -427,7 +489,18 @@ def _assignments(window_: _Window) -> _Found:
             continue
         start, end = hit.span("ident")
         ident = window[start:end]
+        if window.endswith("://", 0, start):
+            continue  # a URL's user name ("https://x-access-token:..."): its password is the URL detector's
         kind, code_like = _key_kind(ident, start > 0 and window[start - 1] in "\"'`")
+        # A plain key may follow a word it belongs to: "API key: x" names a secret that
+        # "key: x" does not, and "Wifi password: x" is a line of its own ("The secret: x" is not).
+        key_start = start
+        after_word = start > 1 and window[start - 1] in " \t" and not any(c in ident for c in "_-.")
+        prev = _PREV_WORD.search(window, max(0, start - 24), start) if after_word else None
+        if prev is not None and (pair := _key_kind(f"{prev.group(1)} {ident}", False)[0]) is not None:
+            kind = kind or pair
+            if pair == "password" and prev.group(1).lower() not in ("the", "a", "an"):
+                key_start = prev.start(1)
         if kind is None:
             continue
         if window.startswith(("[REDACTED:", '"[REDACTED:'), hit.end()):
@@ -446,7 +519,9 @@ def _assignments(window_: _Window) -> _Found:
         v_end = v_start + len(value)
         sep = hit.group("sep").strip()
         if sep in ("is", "was"):
-            ok = " " not in value and _strong(value)
+            # Prose: "the password is expired" is not a password, "is Fjord4Llama" and
+            # 'the wifi password is "sunshine"' (quoted) are.
+            ok = " " not in value and (_strong(value) or (quoted and kind == "password" and len(value) >= 4))
         elif sep not in (":", "::"):
             ok = len(value) >= 3 and (quoted or " " not in value)
         elif quoted:
@@ -455,13 +530,15 @@ def _assignments(window_: _Window) -> _Found:
             # A plain word after "Key:" is a password only on a line of its own
             # ("password: sunshine"), not in a sentence ("Reset your password: see below").
             own_line = (
-                window_.starts_line and start <= 64 and _LINE_START.fullmatch(window, 0, start) is not None
+                window_.starts_line and key_start <= 64 and _LINE_START.fullmatch(window, 0, key_start) is not None
                 and (_LINE_END.match(window, v_end) is not None if window_.ends_line else False)
             )  # fmt: skip
             ok = len(value) >= 3 and (code_like or _strong(value) or own_line)
         if ok and kind != "password" and value.isdigit() and len(value) < 8:
             ok = False  # a count, a port, a year: not a token
         if ok:
+            if len(raw) == _VALUE_MAX:
+                v_end = _VALUE_REST[group].match(window, found.end(group)).end()
             taken = v_end
             yield v_start, v_end, kind
 
@@ -530,6 +607,138 @@ def _find_url_credentials(window: _Window) -> _Found:
     for m in _URL_CREDENTIALS.finditer(window.text):
         if not _URL_PLACEHOLDER.match(m.group(1)):
             yield m.start(1), m.end(1), "password"
+    for m in _URL_TOKEN_USER.finditer(window.text):
+        if _mixed(m.group(1)):
+            yield m.start(1), m.end(1), "token"
+
+
+def _find_query_signatures(window: _Window) -> _Found:
+    for m in _QUERY_SIGNATURE.finditer(window.text):
+        yield m.start(1), m.end(1), "signature"
+
+
+def _find_cookies(window: _Window) -> _Found:
+    at = 0  # each pair is read once, though a header's pairs may run over the next header
+    for m in _COOKIE_HEADER.finditer(window.text):
+        if m.start() < at:
+            continue
+        at = m.end()
+        while (pair := _COOKIE_PAIR.match(window.text, at)) is not None and pair.end() > at:
+            if len(pair.group(2)) >= 8 and pair.group(1).lower() not in _COOKIE_ATTRIBUTES:
+                yield pair.start(2), pair.end(2), "token"
+            at = pair.end()
+
+
+# --- passwords on command lines ---------------------------------------------------------------
+#
+# Flags that take a password, per command: "mysql -pSecret", "sshpass -p x",
+# "docker login -p x", "curl -u user:pass", and ".netrc" lines ("machine h login u
+# password p"). A flag counts only after its command on the line (docker run -p 8080:80
+# is a port). Where each command first occurs is searched once per window, then its
+# flags from there: linear. A pattern starting "^" reads a line (a window that starts one).
+
+_CLI_VALUE = r"""(?P<q>['"]?)(?P<v>[^\s'"`;|&<>\\]{1,256}+)(?P=q)"""
+
+
+@dataclass(frozen=True)
+class _Cli:
+    gate: _Gate  # passes for every line holding the command
+    command: re.Pattern[str]  # searched in the lower-cased window ("^": matched, on a window starting a line)
+    flag: re.Pattern[str]  # from where the command starts; the value is group "v"
+    check: Callable[[str], bool] | None = None  # a further test of the value
+
+
+def _cli(gate: _Gate, command: str, flag: str, check: Callable[[str], bool] | None = None) -> _Cli:
+    return _Cli(gate, re.compile(command), re.compile(flag.replace("VAL", _CLI_VALUE)), check)
+
+
+def _words(*words: str) -> _Gate:
+    return _Gate(lower_literals=words)
+
+
+# Gates that are patterns start with a literal (a fast search): every line of ordinary
+# prose passes through them.
+_LOGIN_TOOLS = ("docker", "podman", "nerdctl", "buildah", "skopeo", "oras", "crane", "registry", "az", "acr")
+_CLI_LOGIN_GATE = _Gate(lower_pattern=re.compile("login(?:" + "|".join(rf"(?<={t}[ \t]login)" for t in _LOGIN_TOOLS) + ")"))
+
+_CLI: tuple[_Cli, ...] = (
+    _cli(_words("mysql", "mariadb"), r"(?<![\w-])(?:mysql(?:dump|admin|import|show|check|pump|sh)?|mariadb(?:-dump|-admin)?)(?![\w-])", r"(?<!\S)-pVAL"),
+    _cli(_words("sshpass"), r"(?<![\w-])sshpass(?![\w-])", r"(?<!\S)-p[ \t]*VAL"),
+    _cli(
+        _CLI_LOGIN_GATE,
+        r"(?<![\w-])(?:docker|podman|nerdctl|buildah|skopeo|oras|crane|helm[ \t]+registry|az(?:[ \t]+acr)?)[ \t]login(?![\w-])",
+        r"(?<!\S)(?:-p|--password)(?:[ \t]+|=)(?!-)VAL",
+    ),  # fmt: skip
+    _cli(_words("mongo"), r"(?<![\w-])mongo(?:sh|dump|restore|export|import|stat|top)?(?![\w-])", r"(?<!\S)(?:-p|--password)(?:[ \t]+|=)(?!-)VAL"),
+    _cli(_words("redis-cli"), r"(?<![\w-])redis-cli(?![\w-])", r"(?<!\S)(?:-a|--pass)[ \t]+(?!-)VAL"),
+    _cli(_words("ldap"), r"(?<![\w-])ldap(?:search|modify|add|delete|whoami|passwd|compare|modrdn|exop)(?![\w-])", r"(?<!\S)-w[ \t]+(?!-)VAL"),
+    _cli(_words("sqlcmd"), r"(?<![\w-])sqlcmd(?![\w-])", r"(?<!\S)-P[ \t]*(?!-)VAL"),
+    _cli(
+        _words("curl"),
+        r"(?<![\w-])curl(?![\w-])",
+        r"(?<!\S)(?:-[uU]|--user|--proxy-user)(?:[ \t]+|=)?(?P<q>['\"]?)[^\s:'\"]{0,128}+:(?P<v>[^\s'\"`;|&<>\\]{1,256}+)(?P=q)",
+    ),
+    _cli(
+        _words("smb", "rpcclient", "cifs"),
+        r"(?<![\w-])(?:smbclient|smbmap|smbget|smbcacls|rpcclient|mount\.cifs)(?![\w-])",
+        r"(?<!\S)(?:-U|--user(?:name)?)(?:[ \t]+|=)?(?P<q>['\"]?)[^\s%'\"]{1,128}+%(?P<v>[^\s'\"`;|&<>\\]{1,256}+)(?P=q)",
+    ),  # fmt: skip
+    _cli(_words("plink", "pscp"), r"(?<![\w-])(?:plink|pscp)(?:\.exe)?(?![\w-])", r"(?<!\S)-pw[ \t]+VAL"),
+    _cli(_words("freerdp"), r"freerdp", r"(?<!\S)/p:VAL"),
+    _cli(_words("htpasswd"), r"(?<![\w-])htpasswd(?![\w-])", r"(?<!\S)-(?=[a-zA-Z]{0,4}b)[a-zA-Z]{1,5}+[ \t]+\S{1,256}+[ \t]+\S{1,128}+[ \t]+VAL"),
+    _cli(_words("openssl"), r"(?<![\w-])openssl(?![\w-])", r"(?<!\S)-pass(?:in|out)?[ \t]+pass:VAL"),
+    _cli(_words("nmcli"), r"(?<![\w-])nmcli(?![\w-])", r"(?<![\w-])(?:password|wifi-sec\.psk)[ \t]+VAL"),
+    # .netrc: "machine <host> login <user> password <pw>" (or "default ..."), on one line.
+    _cli(
+        _Gate(pattern=re.compile(r"login[ \t]+\S{1,253}+[ \t]+password[ \t]")),
+        r"^[ \t]*(?:machine[ \t]+[^\s,;:]{1,253}+|default)[ \t]+login[ \t]",
+        r"(?<![\w-])password[ \t]+VAL",
+    ),  # fmt: skip
+    # ... or one keyword a line ("  password <pw>"): then the value must look like a password.
+    _cli(_Gate(pattern=re.compile(r"(?m)password[ \t]+\S{1,256}+[ \t]*$")), r"^[ \t]*password[ \t]", r"^[ \t]*password[ \t]+VAL[ \t]*$", _strong),
+    # .pgpass: "host:port:database:user:password", a line of its own.
+    _cli(
+        _Gate(pattern=re.compile(r":(?:\d{2,5}|\*):[^\s:]{1,128}+:[^\s:]{1,128}+:")),
+        r"^[ \t]*(?=[^:\s]{0,253}[A-Za-z.*])[A-Za-z0-9.*\-]{1,253}+:(?:\d{2,5}|\*):[^\s:]{1,128}+:[^\s:]{1,128}+:",
+        r"^[ \t]*[^:\s]{1,253}+:[^:\s]{1,5}+:[^\s:]{1,128}+:[^\s:]{1,128}+:VAL[ \t]*$",
+    ),  # fmt: skip
+)
+# Any long flag naming a secret, with a space: "--token x", "--api-key x". The value must
+# look like a password (_strong): "psql --password mydb" prompts, mydb is a database.
+_LONG_FLAG = re.compile(r"(?<![\w-])--(?!no-)(?P<ident>[A-Za-z][\w.\-]{0,64}+)[ \t]+(?!-)" + _CLI_VALUE)
+_LONG_FLAG_GATE = re.compile(r"--(?=[a-z])[\w.\-]{0,64}?(?:pass|pwd|psk|secret|token|key|credential|auth)")
+
+
+# The commands gated by words share one detector (each detector costs every scanned line
+# a gate test); those gated by a pattern have one each.
+_CLI_BY_WORD = tuple(c for c in _CLI if c.gate.lower_literals)
+_CLI_BY_PATTERN = tuple(c for c in _CLI if not c.gate.lower_literals)
+
+
+def _cli_finder(clis: tuple[_Cli, ...]) -> Callable[[_Window], _Found]:
+    return lambda window: _find_cli_passwords(clis, window)
+
+
+def _find_cli_passwords(clis: tuple[_Cli, ...], window: _Window) -> _Found:
+    for cli in clis:
+        line = cli.command.pattern.startswith("^")
+        if (line and not window.starts_line) or not cli.gate.passes(window.text, window.low):
+            continue
+        command = cli.command.match(window.low) if line else cli.command.search(window.low)
+        if command is None:
+            continue
+        for m in cli.flag.finditer(window.text, min(command.start(), len(window.text))):
+            value = m.group("v")
+            if not _NOT_A_SECRET.match(value) and (cli.check is None or cli.check(value)):
+                yield m.start("v"), m.end("v"), "password"
+
+
+def _find_long_flags(window: _Window) -> _Found:
+    for m in _LONG_FLAG.finditer(window.text):
+        kind = _key_kind(m.group("ident"), False)[0]
+        value = m.group("v")
+        if kind is not None and _key_words(m.group("ident"))[-1] != "id" and _strong(value) and not _NOT_A_SECRET.match(value):
+            yield m.start("v"), m.end("v"), kind
 
 
 # In order of precedence: where two find overlapping text, the first one's kind is kept.
@@ -537,7 +746,12 @@ _DETECTORS: tuple[_Detector, ...] = (
     *(_Detector(p.gate, _plugin_finder(p), True) for p in _PLUGINS),
     *(_Detector(s.gate, _shape_finder(s), True) for s in _SHAPES),
     _Detector(_Gate(lower_literals=("bearer", "authorization")), _find_headers, False),
-    _Detector(_Gate(pattern=re.compile(r"://[^\s/?#@]*:[^\s/?#]*@")), _find_url_credentials, False),
+    _Detector(_Gate(pattern=re.compile(r"://[^\s/?#@]*:[^\s/?#]*@|://[A-Za-z0-9._~%\-]{20,}@")), _find_url_credentials, False),
+    _Detector(_Gate(lower_literals=("sig=", "signature=")), _find_query_signatures, False),
+    _Detector(_Gate(lower_literals=("cookie",)), _find_cookies, False),
+    _Detector(_Gate(lower_literals=tuple(n for c in _CLI_BY_WORD for n in c.gate.lower_literals)), _cli_finder(_CLI_BY_WORD), False),
+    *(_Detector(c.gate, _cli_finder((c,)), False) for c in _CLI_BY_PATTERN),
+    _Detector(_Gate(lower_pattern=_LONG_FLAG_GATE), _find_long_flags, False),
     _Detector(_Gate(lower_pattern=_ASSIGNMENT_GATE), _assignments, False),
 )
 # Each literal and pattern of all the gates, once, for marking the lines to scan.
@@ -713,6 +927,43 @@ def _redact_private_keys(text: str, low: str) -> tuple[str, int]:
     return "".join(out), count
 
 
+# A private key block, base64-encoded once more ("LS0tLS1CRUdJTi" is "-----BEGIN"): a
+# Kubernetes Secret's tls.key, a kubeconfig's client-key-data, "base64 key.pem" output.
+# Searched in the whole text like the blocks above: a key runs to 3 KB on one line, and
+# "base64" wraps it at 76 characters (the wrapped lines follow while the previous one is
+# full). Decoded, its first line must name a private key.
+_B64_PEM = re.compile(r"LS0tLS1CRUdJTi[A-Za-z0-9+/]*+=*+")
+_B64_PEM_LINE = re.compile(r"(?:\r\n|\n|\r|\\n)[ \t]*+[A-Za-z0-9+/]++=*+(?=[ \t]*+(?:\r|\n|\\n|$))")
+
+
+def _redact_encoded_private_keys(text: str) -> tuple[str, int]:
+    out: list[str] = []
+    at = 0
+    count = 0
+    start = text.find("LS0tLS1CRUdJTi")
+    while start >= 0:
+        m = _B64_PEM.match(text, start)
+        head = m.group(0)[:80]
+        try:
+            named = b"PRIVATE KEY" in base64.b64decode(head[: len(head) // 4 * 4])
+        except ValueError:
+            named = False
+        end = m.end()
+        if named:
+            line_length = end - start
+            while line_length >= 60 and (wrapped := _B64_PEM_LINE.match(text, end)) is not None:
+                line_length = len(wrapped.group(0).lstrip("\r\n\\n \t"))
+                end = wrapped.end()
+            out.append(text[at:start])
+            out.append(_marker("private-key"))
+            out.extend(c for c in text[start:end] if c in _LINE_BREAKS)
+            at = end
+            count += 1
+        start = text.find("LS0tLS1CRUdJTi", end)
+    out.append(text[at:])
+    return "".join(out), count
+
+
 # --- public API ---------------------------------------------------------------------------
 
 
@@ -722,6 +973,9 @@ def redact(text: str) -> tuple[str, int]:
         return text, 0
     low = text.lower()
     text, count = _redact_private_keys(text, low)
+    if "LS0tLS1CRUdJTi" in text:
+        text, encoded = _redact_encoded_private_keys(text)
+        count += encoded
     if count:
         low = text.lower()
     lines = text.split("\n")

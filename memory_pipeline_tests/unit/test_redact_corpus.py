@@ -14,6 +14,7 @@ import base64
 import json
 import random
 import string
+import textwrap
 import time
 from dataclasses import dataclass, field
 
@@ -83,6 +84,13 @@ def _pem_shape(name: str, kind: str, *, end: bool, block: str = "PRIVATE KEY") -
 
 
 AWS_SECRET = fake(B64, 40, "aws-secret")
+TLS_KEY_B64 = base64.b64encode(
+    ("-----BEGIN RSA PRIVATE KEY-----\n" + "\n".join(fake(B64, 64, f"tls{i}") for i in range(25)) + "\n-----END RSA PRIVATE KEY-----\n").encode()
+).decode()  # ~2.3 KB, a 2048-bit key's size
+CLIENT_KEY_B64 = base64.b64encode(
+    ("-----BEGIN EC PRIVATE KEY-----\n" + "\n".join(fake(B64, 64, f"kubeconfig{i}") for i in range(25)) + "\n-----END EC PRIVATE KEY-----\n").encode()
+).decode()
+LONG_TOKEN = fake(URLSAFE, 900, "longtok")
 SHAPES: list[Shape] = [
     Shape("aws access key id", "deploy user key id {S} (read only)", "AKIA" + fake(UPPER_DIGITS, 16, "akia"), kind="aws-access-key"),
     Shape("aws temporary key id", "session key {S}", "ASIA" + fake(UPPER_DIGITS, 16, "asia"), kind="aws-access-key"),
@@ -187,6 +195,109 @@ SHAPES: list[Shape] = [
     Shape("artifactory", "artifactory {S}", "AKCp8" + fake(ALNUM, 68, "art"), kind="artifactory-token"),
     Shape("hugging face", "hf {S}", "hf_" + fake(ALNUM, 34, "hf"), kind="huggingface-token"),
     Shape("ibm cloud iam", "ibm_cloud_iam_api_key: {S}", fake(URLSAFE, 44, "ibm"), keep=("ibm_cloud_iam_api_key:",)),
+    # Newer prefixed tokens (no detect-secrets plugin).
+    Shape("vault hvs.", "vault {S}", "hvs.CAESI" + fake(ALNUM, 86, "hvs"), kind="vault-token"),
+    Shape("grafana glsa_", "grafana {S}", "glsa_" + fake(ALNUM, 32, "glsa") + "_" + fake(LOWER_HEX, 8, "glsa2"), kind="grafana-token"),
+    Shape(
+        "grafana cloud glc_",
+        "grafana cloud {S}",
+        "glc_" + base64.b64encode(json.dumps({"o": "123456", "n": "fake", "k": fake(ALNUM, 24, "glc")}).encode()).decode(),
+        kind="grafana-token",
+    ),
+    Shape("linear lin_api_", "linear {S}", "lin_api_" + fake(ALNUM, 40, "linear"), kind="linear-key"),
+    Shape("postman PMAK-", "postman {S}", "PMAK-" + fake(LOWER_HEX, 24, "pmak1") + "-" + fake(LOWER_HEX, 34, "pmak2"), kind="postman-key"),
+    Shape("age secret key", "age identity {S}", "AGE-SECRET-KEY-1" + fake("QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L", 58, "age"), kind="age-secret-key"),
+    Shape("doppler dp.st.", "doppler {S}", "dp.st.prd." + fake(ALNUM, 43, "doppler"), kind="doppler-token"),
+    Shape("supabase sb_secret_", "supabase {S}", "sb_secret_" + fake(URLSAFE, 32, "sb"), kind="supabase-key"),
+    Shape(
+        "discord webhook",
+        "notify {S}",
+        "https://discord.com/api/webhooks/" + fake("0123456789", 18, "dw1") + "/" + fake(URLSAFE, 68, "dw2"),
+        kind="discord-webhook",
+    ),
+    Shape(
+        "docker config json, base64",
+        ".dockerconfigjson: {S}",
+        base64.b64encode(json.dumps({"auths": {"registry.example.com": {"auth": base64.b64encode(b"ana:fake-Pw-77").decode()}}}).encode()).decode(),
+        kind="docker-auth",
+    ),
+    Shape("xai key", "grok {S}", "xai-" + fake(ALNUM, 80, "xai"), kind="xai-key"),
+    Shape("groq key", "groq {S}", "gsk_" + fake(ALNUM, 52, "groq"), kind="groq-key"),
+    Shape("replicate token", "replicate {S}", "r8_" + fake(ALNUM, 37, "r8"), kind="replicate-token"),
+    Shape("perplexity key", "pplx {S}", "pplx-" + fake(ALNUM, 48, "pplx"), kind="perplexity-key"),
+    Shape("langsmith key", "langsmith {S}", "lsv2_pt_" + fake(LOWER_HEX, 32, "ls1") + "_" + fake(LOWER_HEX, 10, "ls2"), kind="langsmith-key"),
+    Shape("pinecone key", "pinecone {S}", "pcsk_" + fake(ALNUM, 5, "pc1") + "_" + fake(ALNUM, 64, "pc2"), kind="pinecone-key"),
+    Shape("docker hub pat", "docker hub {S}", "dckr_pat_" + fake(URLSAFE, 27, "dckr"), kind="docker-hub-token"),
+    Shape("tailscale auth key", "tailscale {S}", "tskey-auth-k" + fake(ALNUM, 10, "ts1") + "-" + fake(ALNUM, 32, "ts2"), kind="tailscale-key"),
+    Shape("notion ntn_", "notion {S}", "ntn_" + fake("0123456789", 11, "ntn1") + fake(ALNUM, 35, "ntn2"), kind="notion-token"),
+    Shape("sentry org token", "sentry {S}", "sntrys_" + fake(ALNUM, 80, "sntry"), kind="sentry-token"),
+    # A private key encoded once more in base64 (a Kubernetes tls.key, a kubeconfig's client-key-data):
+    # one line of ~2 KB, past the 512 characters a key/value is first read to. Head and tail must go.
+    Shape("base64 private key, tls.key", "tls.key: {S}", TLS_KEY_B64, gone=(TLS_KEY_B64[:300], TLS_KEY_B64[-300:]), kind="private-key"),
+    Shape(
+        "base64 private key, client-key-data",
+        "client-key-data: {S}",
+        CLIENT_KEY_B64,
+        gone=(CLIENT_KEY_B64[:300], CLIENT_KEY_B64[-300:]),
+        keep=("client-key-data:",),
+    ),
+    # A value longer than 512 characters after a secret key: no visible tail.
+    Shape("long quoted access_token", '"access_token": "{S}"', LONG_TOKEN, gone=(LONG_TOKEN[:300], LONG_TOKEN[-300:]), keep=('"access_token"',)),
+    # Keys the assignment rules missed.
+    Shape("PGPASSWORD=", "PGPASSWORD={S} psql -h db -U app", "pgFake42pw", keep=("PGPASSWORD=", "psql -h db -U app"), kind="password"),
+    Shape("VAULT_TOKEN=", "export VAULT_TOKEN={S}", "s." + fake(ALNUM, 24, "vaultlegacy"), keep=("VAULT_TOKEN=",), kind="token"),
+    Shape("storePassword = (gradle)", 'storePassword = "{S}"', "androidFake42", keep=("storePassword",), kind="password"),
+    Shape("wpa psk=", 'psk="{S}"', "sunshine1984", keep=("psk=",), kind="password"),
+    Shape("API key: (two words)", "OpenWeather API key: {S}", fake(LOWER_HEX, 32, "owm"), keep=("API key:",), kind="api-key"),
+    Shape("password is, quoted", 'the wifi password is "{S}"', "sunshine", keep=("wifi password is",), kind="password"),
+    # URLs.
+    Shape(
+        "azure sas sig=",
+        "https://notesacct.blob.core.windows.net/c/notes.zip?sv=2022-11-02&sp=r&se=2026-01-01&sig={S}",
+        "Fk" + fake(ALNUM, 40, "sas") + "%2B" + fake(ALNUM, 6, "sas2") + "%3D",
+        keep=("notesacct.blob.core.windows.net/c/notes.zip?sv=2022-11-02&sp=r&se=2026-01-01&sig=",),
+        kind="signature",
+    ),
+    Shape(
+        "s3 presigned X-Amz-Signature",
+        "https://bucket.s3.amazonaws.com/k.pdf?X-Amz-Expires=3600&X-Amz-SignedHeaders=host&X-Amz-Signature={S}",
+        fake(LOWER_HEX, 64, "amzsig"),
+        keep=("X-Amz-Expires=3600&X-Amz-SignedHeaders=host&X-Amz-Signature=",),
+        kind="signature",
+    ),
+    Shape("token as url user", "git clone https://{S}@github.com/org/repo.git", fake(ALNUM, 40, "urltok"), keep=("@github.com/org/repo.git",), kind="token"),
+    Shape(
+        "url user named like a token",
+        "git clone https://x-access-token:{S}@github.com/org/repo.git",
+        "fakeInstall42tok",
+        keep=("https://x-access-token:", "@github.com/org/repo.git"),
+    ),
+    Shape(
+        "cookie header", "curl -H 'Cookie: sessionid={S}; theme=dark' https://app.example.com", fake(ALNUM, 32, "cookie"), keep=("sessionid=", "; theme=dark")
+    ),
+    # Command lines whose flag is written against the secret (so OCR's case noise cannot change it).
+    Shape("mysql -p<pw>", "mysql -u root -p{S} -h db.internal", "Fake-r00t-pw", keep=("mysql -u root -p", "-h db.internal"), kind="password"),
+    Shape("curl -u user:pw", "curl -u ana:{S} https://api.example.com/v1", "curlFake99", keep=("-u ana:", "https://api.example.com/v1"), kind="password"),
+    Shape("--token <value>", "vault login --token {S}", "fakeTok3nValue", keep=("--token",), kind="token"),
+]
+
+# Passwords given to a command by a flag apart from them ("sshpass -p x"): in every carrier but
+# OCR, whose case noise would turn the flag into another one ("-P" is mysql's port, sshpass's prompt).
+COMMAND_SHAPES: list[Shape] = [
+    Shape("sshpass -p", "sshpass -p {S} ssh deploy@10.0.0.7", "Fake!ssh-pw1", keep=("sshpass -p ", " ssh deploy@10.0.0.7")),
+    Shape("docker login -p", "docker login -u ana -p {S} registry.example.com", "dockerFake7", keep=("docker login -u ana -p ", " registry.example.com")),
+    Shape("docker login --password", "docker login --username ana --password {S} ghcr.io", "dockerFake8", keep=("--password ", " ghcr.io")),
+    Shape("az login -p", "az login --service-principal -u http://app -p {S} --tenant t1", "azFakePw9", keep=(" -p ", " --tenant t1")),
+    Shape("redis-cli -a", "redis-cli -h cache -a {S} ping", "redisFake5", keep=("redis-cli -h cache -a ", " ping")),
+    Shape("ldapsearch -w", "ldapsearch -x -D cn=admin,dc=ex -w {S} -b dc=ex", "ldapFake6", keep=(" -w ", " -b dc=ex")),
+    Shape("smbclient -U user%pw", "smbclient //srv/share -U ana%{S}", "smbFake7pw", keep=("-U ana%",)),
+    Shape("sqlcmd -P", "sqlcmd -S srv -U sa -P {S} -Q 'select 1'", "sqlFake8pw", keep=(" -P ",)),
+    Shape("mongosh -p", "mongosh --host db -u admin -p {S} --authenticationDatabase admin", "mongoFake9", keep=(" -p ", " --authenticationDatabase admin")),
+    Shape("openssl -pass pass:", "openssl enc -aes-256-cbc -pass pass:{S} -in notes.tar", "sslFake10pw", keep=("-pass pass:", " -in notes.tar")),
+    Shape("nmcli password", "nmcli dev wifi connect HomeNet password {S}", "wifiFake11", keep=("connect HomeNet password ",)),
+    Shape("htpasswd -b", "htpasswd -b .htpasswd ana {S}", "htFake12pw", keep=("htpasswd -b .htpasswd ana ",)),
+    Shape("plink -pw", "plink -ssh ana@host -pw {S}", "plinkFake13", keep=(" -pw ",)),
+    Shape("xfreerdp /p:", "xfreerdp /v:10.0.0.9 /u:ana /p:{S}", "rdpFake14pw", keep=("/u:ana /p:",)),
 ]
 
 
@@ -270,10 +381,58 @@ def test_secret_is_gone_and_context_stays(shape: Shape, carrier: Carrier) -> Non
     assert redact(out)[0] == out
 
 
+@pytest.mark.parametrize("carrier", [c for c in CARRIERS if c.name != "ocr line"], ids=[c.name for c in CARRIERS if c.name != "ocr line"])
+@pytest.mark.parametrize("shape", COMMAND_SHAPES, ids=[s.name for s in COMMAND_SHAPES])
+def test_command_line_password_is_gone(shape: Shape, carrier: Carrier) -> None:
+    """A password given to a command by its flag is gone; the command and its other arguments stay."""
+    test_secret_is_gone_and_context_stays(shape, carrier)
+    assert "[REDACTED:password]" in redact(shape.line)[0]
+
+
 @pytest.mark.parametrize("shape", [s for s in SHAPES if s.kind], ids=[s.name for s in SHAPES if s.kind])
 def test_kind_is_named(shape: Shape) -> None:
     """The marker names what was removed."""
     assert f"[REDACTED:{shape.kind}]" in redact(shape.line)[0]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # .netrc, one entry a line or one keyword a line (then the password must look like one).
+        ("machine github.com login ana password Fake16pw", "machine github.com login ana password [REDACTED:password]"),
+        ("default login anonymous password Fake17pw", "default login anonymous password [REDACTED:password]"),
+        ("machine github.com\n  login ana\n  password Fjord4Llama", "machine github.com\n  login ana\n  password [REDACTED:password]"),
+        # .pgpass
+        ("db.internal:5432:app:appuser:FakePg18", "db.internal:5432:app:appuser:[REDACTED:password]"),
+        ("localhost:5432:*:postgres:sunshine", "localhost:5432:*:postgres:[REDACTED:password]"),
+        # "<word> password: <word>" as a line of its own
+        ("Wifi password: sunshine", "Wifi password: [REDACTED:password]"),
+        ("Admin password: changeme", "Admin password: [REDACTED:password]"),
+        # the password said in prose: a value that looks like one, or a quoted one
+        ("my wifi password is Fjord4Llama", "my wifi password is [REDACTED:password]"),
+        ("the router password is `sunshine`", "the router password is `[REDACTED:password]`"),
+        # a Cookie header keeps its names and Set-Cookie attributes
+        (
+            "Set-Cookie: sid=abcdefgh12345678; Path=/; Domain=.example.com; HttpOnly",
+            "Set-Cookie: sid=[REDACTED:token]; Path=/; Domain=.example.com; HttpOnly",
+        ),
+        # a private key in base64, wrapped at 76 characters: every wrapped line goes, the next line stays
+        (
+            "$ base64 key.pem\n" + "\n".join(textwrap.wrap(base64.b64encode(pem("RSA", end=True, seed="wrap")[0].encode()).decode(), 76)) + "\ndone",
+            "$ base64 key.pem\n[REDACTED:private-key]"
+            + "\n" * (len(textwrap.wrap(base64.b64encode(pem("RSA", end=True, seed="wrap")[0].encode()).decode(), 76)) - 1)
+            + "\ndone",
+        ),
+    ],
+    ids=[
+        "netrc line", "netrc default", "netrc keyword lines", "pgpass", "pgpass wildcard", "wifi password:", "admin password:",
+        "password is strong", "password is quoted", "set-cookie", "base64 key wrapped",
+    ],
+)  # fmt: skip
+def test_line_formats(text: str, expected: str) -> None:
+    """Secrets whose context is the shape of the whole line (.netrc, .pgpass, "X password: y")."""
+    assert redact(text)[0] == expected
+    assert redact(expected) == (expected, 0)
 
 
 def test_corpus_has_forty_distinct_shapes() -> None:
@@ -364,6 +523,48 @@ ORDINARY = [
     "keyboard: ergonomic split",
     "Auth: handled by the gateway",
     "东京的密码学会议很有意思 🔐 password manager tips",
+    # Look-alikes of the command-line, URL, cookie and two-word-key rules.
+    "Click the password reset link in the mail",
+    "token bucket: 100 tokens/s, burst 20",
+    "the key is to keep batches small",
+    "Primary key: id",
+    "Public key: ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFake",
+    "SSH key: ~/.ssh/id_ed25519",
+    "API key: stored in 1Password",
+    "The secret: patience",
+    "Change password: Settings > Security",
+    "the password is required",
+    "the password is expired, rotate it",
+    "The token is valid for 3600 seconds",
+    "password_manager: 1password7",
+    "secrets_vault: prod-kv-01",
+    "PGPASSFILE=/home/ana/.pgpass",
+    "mysql -u root -p mydb",
+    "mysql -h db -P 3306 -u app -p",
+    "psql -h db -p 5432 -U app --password analytics",
+    "docker run -p 8080:80 -u 1000:1000 nginx",
+    "docker exec -u root:root -it db sh",
+    "echo $PW | docker login --username ana --password-stdin ghcr.io",
+    "docker login -u ana -p $DOCKER_PASSWORD",
+    "curl -u ana https://api.example.com",
+    "ssh -p 2222 deploy@host",
+    "redis-cli -h cache -p 6379 ping",
+    "ldapsearch -x -W -D cn=admin",
+    "aws secretsmanager get-secret-value --secret-id prod/db/creds1",
+    "llm --model gpt-4o --max-tokens 4096",
+    "tool --auth-type oauth2 --no-password analytics2024",
+    "git clone https://ana@bitbucket.org/team/repo.git",
+    "https://john.smith.team@dev.azure.com/org/project/_git/repo",
+    "signature verified, sig=ok",
+    "Signature: Ana Lopes",
+    "Cookie: chocolate chip, baked at 180C",
+    "machine learning login flow: the password field was empty",
+    "00:11:22:33:44:55 and 10:30:00:12:45",
+    "main.py:12:3: E501 line too long",
+    "  password reset",
+    "psk: true",
+    "xai-grok-2-latest and gsk_ and r8_ prefixes",
+    "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSWFiYwotLS0tLUVORCBDRVJUSUZJQ0FURS0tLS0tCg==",
     "",
 ]
 
@@ -430,6 +631,8 @@ _FRAGMENTS = [s.line for s in SHAPES[::3]] + [
     "password", "password=", "password: ", "://", ":", "@", "Bearer ", "Authorization: ", "-----BEGIN RSA PRIVATE KEY-----",
     "-----END RSA PRIVATE KEY-----", "\\n", "\n", '"', "'", "[REDACTED:password]", "[REDACTED:", "eyJ", "sk-", "AKIA",
     "\x00", "東京", "🔐", "\u2028", "\r\n", " ", "=", "secret_key", "api_key\": \"",
+    "curl -u a:", "mysql -p", "Cookie: ", "=bbbbbbbbbb;", "--token ", "?sig=", "machine h login u password ",
+    "LS0tLS1CRUdJTiBSU0EgUFJJVkFURSBLRVktLS0tLQ", "API key: ", "Wifi password: ",
 ]  # fmt: skip
 
 
@@ -480,6 +683,10 @@ LONG_LINES = {
     "pem body without end": "-----BEGIN RSA PRIVATE KEY----- " + _line_of("QUJD" * 16 + " "),
     # Nothing but secrets (a real one every 13 characters): the most work per character.
     "assignments repeated": _line_of("token=abc123&"),
+    # Cookie headers whose pairs run over the next header; commands and their flags; key prefixes.
+    "cookie headers repeated": _line_of("cookie:a=bbbbbbbbb;"),
+    "command flags repeated": _line_of("curl -u a:Pw1 mysql -pX2 --token Ab12cd34 "),
+    "base64 key prefix repeated": _line_of("LS0tLS1CRUdJTi"),
 }
 
 
