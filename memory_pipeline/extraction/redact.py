@@ -537,8 +537,8 @@ def _assignments(window_: _Window) -> _Found:
         if ok and kind != "password" and value.isdigit() and len(value) < 8:
             ok = False  # a count, a port, a year: not a token
         if ok:
-            if len(raw) == _VALUE_MAX:
-                v_end = _VALUE_REST[group].match(window, found.end(group)).end()
+            if len(raw) == _VALUE_MAX and (rest := _VALUE_REST[group].match(window, found.end(group))) is not None:
+                v_end = rest.end()
             taken = v_end
             yield v_start, v_end, kind
 
@@ -943,6 +943,8 @@ def _redact_encoded_private_keys(text: str) -> tuple[str, int]:
     start = text.find("LS0tLS1CRUdJTi")
     while start >= 0:
         m = _B64_PEM.match(text, start)
+        if m is None:  # cannot be: the pattern starts with the literal found here
+            break
         head = m.group(0)[:80]
         try:
             named = b"PRIVATE KEY" in base64.b64decode(head[: len(head) // 4 * 4])
