@@ -351,6 +351,8 @@ _KEYED_IDENT = re.compile(
     r"""(?:\\?["'`]|[\]*_)]){0,3}[ \t]{0,8}(?P<sep>:=|=>|={1,3}|!==?|::|:(?![/\\]{2})|[ \t](?:is|was)[ \t])[ \t]{0,8}(?:[*_]{1,3}[ \t]{0,4})?""",
     re.I,
 )
+# A version as a package pin or a manifest gives it: 0.14.0, ^3.3, >=2.0.1rc1, v1.2.3-beta.
+_VERSION = re.compile(r"[~^<>=!v]{0,3}[0-9]{1,6}(?:\.[0-9]{1,6}){1,4}(?:[-.+]?[A-Za-z0-9]{1,12}){0,2}")
 _PREV_WORD = re.compile(r"(?<![\w.\-])([A-Za-z]{2,20})[ \t]$")
 _WORDS = re.compile(r"[A-ZÑ]?[a-zñ]+|[A-ZÑ]+(?![a-zñ])|[0-9]+")
 
@@ -536,6 +538,8 @@ def _assignments(window_: _Window) -> _Found:
             ok = len(value) >= 3 and (code_like or _strong(value) or own_line)
         if ok and kind != "password" and value.isdigit() and len(value) < 8:
             ok = False  # a count, a port, a year: not a token
+        if ok and kind != "password" and _VERSION.fullmatch(value):
+            ok = False  # a version pin: tiktoken==0.14.0, "secretstorage": "^3.3" (a package, not a token)
         if ok:
             if len(raw) == _VALUE_MAX and (rest := _VALUE_REST[group].match(window, found.end(group))) is not None:
                 v_end = rest.end()

