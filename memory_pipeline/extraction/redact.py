@@ -383,8 +383,9 @@ _METADATA_WORDS = frozenset(
 # Metadata only as the last word: password_manager, secrets_vault name where secrets are
 # kept, while VAULT_TOKEN, storePassword, trust_store_password are secrets.
 _CONTAINER_WORDS = frozenset({"vault", "manager", "store"})
-# A secret word glued to a prefix in a code-like key: PGPASSWORD, REDISPASSWORD, "csrftoken".
-_SECRET_SUFFIXES = ("password", "passwd", "passphrase", "secret", "token")
+# A secret word glued to a prefix in a code-like key: PGPASSWORD, REDISPASSWORD, CLIENTSECRET.
+# Not "token": names of things end in it (tiktoken, TIKTOKEN_ENCODING=cl100k_base).
+_SECRET_SUFFIXES = ("password", "passwd", "passphrase", "secret")
 
 # The value: quoted (CSV-doubled, JSON-escaped, plain, single, backtick) or a bare word.
 # A bare word stops at , ; & | < > and quotes, which end it in CSV rows, query strings

@@ -496,6 +496,8 @@ ORDINARY = [
     'secretstorage = "^3.3.3"',
     "pytoken>=2.0.1rc1",
     "google-auth==2.63.0",
+    "TIKTOKEN_ENCODING=cl100k_base",
+    "tiktoken_ext=openai_public",
     "Requires-Dist: google-auth!=2.23.1",
     "the secret to good sourdough is time",
     "Reset your password: see the wiki page.",
