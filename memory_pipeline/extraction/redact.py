@@ -323,8 +323,8 @@ _URL_TOKEN_USER = re.compile(r"""(?<![A-Za-z0-9+.\-])[A-Za-z][A-Za-z0-9+.\-]{0,3
 # Signatures in a query string: an Azure SAS "sig=", a presigned S3/GCS URL's
 # X-Amz-Signature/X-Goog-Signature. Whoever has the URL has the access it grants.
 _QUERY_SIGNATURE = re.compile(r"""(?i)[?&;](?:sig|signature|x-amz-signature|x-goog-signature)=([^\s&#"'<>\\;,]{8,512})""")
-# A Cookie / Set-Cookie header ("Copy as cURL" from a browser): each value of 8+
-# characters is a session or an id; the cookie names and Set-Cookie attributes stay.
+# A Cookie / Set-Cookie header ("Copy as cURL" from a browser): each random-looking value
+# of 8+ characters is a session or an id; the cookie names and Set-Cookie attributes stay.
 _COOKIE_HEADER = re.compile(r"""(?i)(?<![\w-])(?:set-)?cookie\\?["']?[ \t]*:[ \t]*""")
 _COOKIE_PAIR = re.compile(r"""[ \t]*([^\s=;"'\\]{1,128})=([^\s;"'\\]{0,4096}+)[ \t]*(?:;|(?=[\s"'\\]|$))""")
 _COOKIE_ATTRIBUTES = frozenset({"path", "domain", "expires", "max-age", "samesite", "priority", "version", "comment"})
@@ -414,10 +414,11 @@ _NOT_A_SECRET = re.compile(
     r"""(?ix)
     \[REDACTED:                  # already redacted
     | [$%]\{?[A-Za-z_(]          # $VAR ${VAR} %VAR% $(cmd): a reference, not the secret
-    | \{\{ | <[^>]*>$ | \.\.\.$ | …$
+    | \$?\{\{ | <[^>]*>$ | \[[^\]]*\]$ | \.\.\.$ | …$  # templates, <placeholder>, [placeholder]
+    | your[_\-]?(?:[a-z]+[_\-]?)?(?:password|passwd|pass|pw|token|key|secret)$  # yourpassword, your-api-key
     | [*xX.\-_#•]+$              # masked: ****, xxxx
     | (?:none|null|nil|true|false|yes|no|on|off|undefined|required|optional|string|str|bytes|int|redacted|hidden|empty
-       |unset|tbd|todo|n/a|na|secret|password|token|see|here|below|above|the|a|an|is|to|of|and|or|in|for|from)$
+       |set|unset|tbd|todo|n/a|na|secret|password|token|see|here|below|above|the|a|an|is|to|of|and|or|in|for|from)$
     | (?:/|\./|\.\./|~/|[A-Za-z]:\\)  # a file path
     | (?:https?|file)://           # a URL (its credentials are the URL detector's)
     | (?-i:[A-Z][A-Z0-9]*_[A-Z0-9_]+$)  # the name of an environment variable
@@ -498,9 +499,11 @@ def _assignments(window_: _Window) -> _Found:
         # A plain key may follow a word it belongs to: "API key: x" names a secret that
         # "key: x" does not, and "Wifi password: x" is a line of its own ("The secret: x" is not).
         key_start = start
+        by_pair = False  # the key names a secret only with the word before it ("API key")
         after_word = start > 1 and window[start - 1] in " \t" and not any(c in ident for c in "_-.")
         prev = _PREV_WORD.search(window, max(0, start - 24), start) if after_word else None
         if prev is not None and (pair := _key_kind(f"{prev.group(1)} {ident}", False)[0]) is not None:
+            by_pair = kind is None
             kind = kind or pair
             if pair == "password" and prev.group(1).lower() not in ("the", "a", "an"):
                 key_start = prev.start(1)
@@ -537,6 +540,8 @@ def _assignments(window_: _Window) -> _Found:
                 and (_LINE_END.match(window, v_end) is not None if window_.ends_line else False)
             )  # fmt: skip
             ok = len(value) >= 3 and (code_like or _strong(value) or own_line)
+            if ok and by_pair and kind != "password" and not own_line:
+                ok = _mixed(value)  # in a sentence, a key looks random: "Access key: AKIA-style id, see IAM" is prose
         if ok and kind != "password" and value.isdigit() and len(value) < 8:
             ok = False  # a count, a port, a year: not a token
         if ok and kind != "password" and _VERSION.fullmatch(value):
@@ -617,9 +622,17 @@ def _find_url_credentials(window: _Window) -> _Found:
             yield m.start(1), m.end(1), "token"
 
 
+def _random_looking(value: str) -> bool:
+    """A session id or signature rather than a word: _mixed, or a long run of mixed case."""
+    return _mixed(value) or (len(value) >= 20 and any(c.isupper() for c in value) and any(c.islower() for c in value))
+
+
 def _find_query_signatures(window: _Window) -> _Found:
+    # Docs write "?signature=required", "&sig={signature}", "?signature=HMAC-SHA256": a
+    # signature is random-looking.
     for m in _QUERY_SIGNATURE.finditer(window.text):
-        yield m.start(1), m.end(1), "signature"
+        if _random_looking(m.group(1)):
+            yield m.start(1), m.end(1), "signature"
 
 
 def _find_cookies(window: _Window) -> _Found:
@@ -629,7 +642,9 @@ def _find_cookies(window: _Window) -> _Found:
             continue
         at = m.end()
         while (pair := _COOKIE_PAIR.match(window.text, at)) is not None and pair.end() > at:
-            if len(pair.group(2)) >= 8 and pair.group(1).lower() not in _COOKIE_ATTRIBUTES:
+            # A session is random-looking; "theme=dark", "consent=accepted",
+            # "timezone=Europe/Berlin" and an analytics id ("_ga=GA1.2.123.456") are not.
+            if len(pair.group(2)) >= 8 and pair.group(1).lower() not in _COOKIE_ATTRIBUTES and _random_looking(pair.group(2)):
                 yield pair.start(2), pair.end(2), "token"
             at = pair.end()
 
@@ -701,11 +716,13 @@ _CLI: tuple[_Cli, ...] = (
     ),  # fmt: skip
     # ... or one keyword a line ("  password <pw>"): then the value must look like a password.
     _cli(_Gate(pattern=re.compile(r"(?m)password[ \t]+\S{1,256}+[ \t]*$")), r"^[ \t]*password[ \t]", r"^[ \t]*password[ \t]+VAL[ \t]*$", _strong),
-    # .pgpass: "host:port:database:user:password", a line of its own.
+    # .pgpass: "host:port:database:user:password", a line of its own. Database and user hold
+    # no "/" and the password no unescaped ":" (.pgpass writes "\:"), so a log line
+    # ("app.log:2026:05:01:ERROR:x") or a route ("localhost:8080:/api/v1:GET:200") is no entry.
     _cli(
         _Gate(pattern=re.compile(r":(?:\d{2,5}|\*):[^\s:]{1,128}+:[^\s:]{1,128}+:")),
-        r"^[ \t]*(?=[^:\s]{0,253}[A-Za-z.*])[A-Za-z0-9.*\-]{1,253}+:(?:\d{2,5}|\*):[^\s:]{1,128}+:[^\s:]{1,128}+:",
-        r"^[ \t]*[^:\s]{1,253}+:[^:\s]{1,5}+:[^\s:]{1,128}+:[^\s:]{1,128}+:VAL[ \t]*$",
+        r"^[ \t]*(?=[^:\s]{0,253}[A-Za-z.*])[A-Za-z0-9.*\-]{1,253}+:(?:\d{2,5}|\*):[^\s:/]{1,128}+:[^\s:/]{1,128}+:",
+        r"^[ \t]*[^:\s]{1,253}+:[^:\s]{1,5}+:[^\s:/]{1,128}+:[^\s:/]{1,128}+:(?P<v>(?:[^\s:\\]|\\[:\\]){1,256}+)[ \t]*$",
     ),  # fmt: skip
 )
 # Any long flag naming a secret, with a space: "--token x", "--api-key x". The value must

@@ -405,6 +405,7 @@ def test_kind_is_named(shape: Shape) -> None:
         # .pgpass
         ("db.internal:5432:app:appuser:FakePg18", "db.internal:5432:app:appuser:[REDACTED:password]"),
         ("localhost:5432:*:postgres:sunshine", "localhost:5432:*:postgres:[REDACTED:password]"),
+        ("db:5432:app:app:Fake\\:19pw", "db:5432:app:app:[REDACTED:password]"),
         # "<word> password: <word>" as a line of its own
         ("Wifi password: sunshine", "Wifi password: [REDACTED:password]"),
         ("Admin password: changeme", "Admin password: [REDACTED:password]"),
@@ -425,7 +426,7 @@ def test_kind_is_named(shape: Shape) -> None:
         ),
     ],
     ids=[
-        "netrc line", "netrc default", "netrc keyword lines", "pgpass", "pgpass wildcard", "wifi password:", "admin password:",
+        "netrc line", "netrc default", "netrc keyword lines", "pgpass", "pgpass wildcard", "pgpass escaped colon", "wifi password:", "admin password:",
         "password is strong", "password is quoted", "set-cookie", "base64 key wrapped",
     ],
 )  # fmt: skip
@@ -575,6 +576,23 @@ ORDINARY = [
     "psk: true",
     "xai-grok-2-latest and gsk_ and r8_ prefixes",
     "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSWFiYwotLS0tLUVORCBDRVJUSUZJQ0FURS0tLS0tCg==",
+    # Placeholders on command lines, cookie values that are words, signatures in docs, .pgpass look-alikes.
+    "mysql -u root -p[password] mydb",
+    "redis-cli -a yourpassword ping",
+    "docker login -p ${{ secrets.DOCKER_PASSWORD }} -u ana",
+    "Set-Cookie: consent=accepted; Path=/; Expires=Wed, 21 Oct 2026 07:28:00 GMT",
+    "The server sends Set-Cookie: preferences=compact-view; Path=/",
+    "cookie: theme=dark; sidebar=collapsed",
+    "Cookie: _ga=GA1.2.123456789.1700000000",
+    "Cookie: locale=de-DE; timezone=Europe/Berlin",
+    "In the docs, the signed URL has `?signature=required` in the query.",
+    "https://example.com/verify?signature=required",
+    "The URL ends with &sig={signature}",
+    "https://example.com/callback?signature=HMAC-SHA256",
+    "app.log:2026:05:01:ERROR:timeout",
+    "localhost:8080:/api/v1:GET:200",
+    "Access key: AKIA-style id, see IAM console",
+    "PGPASSWORD: set in the CI variables",
     "",
 ]
 
