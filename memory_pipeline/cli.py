@@ -513,7 +513,8 @@ def _duckdb_errors(what: str, hint: str) -> Iterator[None]:
     except Exception as err:
         if "duckdb" not in type(err).__module__:
             raise
-        raise MemoryPipelineError(f"{what}: {str(err).splitlines()[0] if str(err) else type(err).__name__}", hint=hint) from err
+        first = (str(err).splitlines() or [type(err).__name__])[0]
+        raise MemoryPipelineError(f"{what}: {first}", hint=hint) from err
 
 
 def cmd_analytics(args) -> int:

@@ -909,7 +909,8 @@ def _permanent(err: BaseException) -> bool:
     not found (the instance metadata service may be slow to answer) is not."""
     from botocore.exceptions import PartialCredentialsError, ProfileNotFound
 
-    return _code(err) in _PERMANENT_CODES or _code(err) in ("401", "403") or isinstance(err, (PartialCredentialsError, ProfileNotFound))
+    code = _code(err)
+    return code in _PERMANENT_CODES or code in ("401", "403") or isinstance(err, (PartialCredentialsError, ProfileNotFound))
 
 
 def permanent_failure(err: BaseException | None) -> bool:

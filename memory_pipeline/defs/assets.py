@@ -206,18 +206,15 @@ def _frames(
     numbers: dict[str, dict[str, int]] = per_shard if per_shard is not None else {}
     lists: dict[str, dict[str, list]] = {}
     pairs = shards_of_stage.measured(stream, counts, numbers, lists) if counts is not None else stream
-    several = len(context.partition_keys) > 1
 
     def own(shard: str, rows: int) -> None:
-        problems = {k: _problems(v) for k, v in lists.get(shard, {}).items()} if several else {}
+        problems = {k: _problems(v) for k, v in lists.get(shard, {}).items()}
         context.add_asset_metadata({**numbers.get(shard, {}), **problems, "dagster/partition_row_count": rows}, asset_key=key, partition_key=shard)
 
     def run_metadata() -> Mapping[str, Any]:
-        # A list a partition has its own of (its failures) is the run's under run_<name>.
+        # A list each partition has its own of (its failures) is the run's under run_<name>.
         md = dict(metadata())
-        for name in shards_of_stage.listed(counts) if several else ():
-            if name in md:
-                md[f"run_{name}"] = md.pop(name)
+        run_level(context, md, keep=set(md) - set(shards_of_stage.listed(counts)))
         return md
 
     def guarded():
@@ -294,11 +291,10 @@ def source_files(
         own = {shard: stages.run_errors(settings, [shard]) for shard in shards}
         bad.extend(sorted((e for errs in own.values() for e in errs), key=lambda e: e["path"]))
         numbers = {k: dg.MetadataValue.int(v) for k, v in asdict(counts).items()}  # each partition's own, from _frames
+        for shard, errs in own.items():  # each partition lists its own problem files
+            context.add_asset_metadata({"problems": _problems(errs)}, asset_key="source_files", partition_key=shard)
         md = {**numbers, "partitions": len(shards), "problems": _problems(bad)}
-        if len(shards) > 1:  # each partition lists its own problem files; the run's count and list are the run's
-            for shard, errs in own.items():
-                context.add_asset_metadata({"problems": _problems(errs)}, asset_key="source_files", partition_key=shard)
-            run_level(context, md, keep=set(numbers))
+        run_level(context, md, keep=set(numbers))  # over several shards, the count and list are the run's
         return md
 
     stream = stages.discover(settings, shards, force=config.force, fp=fingerprint(settings, ident), ident=ident, counts=counts)
