@@ -19,6 +19,11 @@ VmHWM. Then both tables answer the same 100 queries (perturbed cluster centres) 
 product's ANN knobs (``ann.nprobes`` 20, ``refine_factor`` 20): recall@10 against exact search on
 the same table, and p50 / p95 latency (the second of two runs of each query). The vectors are
 synthetic: recall and latency here compare the two index shapes, not models.
+
+``--modes segments`` builds one way only; with ``--segment-rows`` and a ``--min-rows`` at most that,
+it measures what a segment's size costs (a fold's growth, the deltas a query searches):
+
+    .venv/bin/python benchmarks/bench_ann_segments.py --rows 262144 --min-rows 16384 --modes segments --segment-rows 32768 --out benchmarks/results-ann-segment-size-32768.json
 """
 
 from __future__ import annotations
@@ -173,6 +178,7 @@ def main() -> int:
     ap.add_argument("--work-dir", type=Path, default=ROOT / "benchmarks" / "work" / "ann-segments")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--mode", choices=["whole", "segments"], help="one build in this process (used by the run)")
+    ap.add_argument("--modes", default="whole,segments", help="the ways to build, each in a fresh process (default: both)")
     args = ap.parse_args()
     os.environ.setdefault("LANCEDB_LOG", "error")
     if args.mode:
@@ -183,7 +189,8 @@ def main() -> int:
         print("RESULT " + json.dumps(got), flush=True)
         return 0
     results: dict = {"rows": args.rows, "dims": DIMS, "date": time.strftime("%Y-%m-%d"), "cpu": _cpu()}
-    for mode in ("whole", "segments"):
+    modes = [m for m in ("whole", "segments") if m in args.modes.split(",")]
+    for mode in modes:
         argv = [
             "--rows",
             str(args.rows),
@@ -205,7 +212,7 @@ def main() -> int:
             return 1
         results[mode] = json.loads(line[len("RESULT ") :])
         print(mode, {k: v for k, v in results[mode].items() if k != "steps"}, flush=True)
-    for mode in ("whole", "segments"):
+    for mode in modes:
         results[mode]["search"] = measure(args.work_dir / mode, min_rows=args.min_rows)
         print(mode, results[mode]["search"], flush=True)
     shutil.rmtree(args.work_dir, ignore_errors=True)

@@ -199,7 +199,11 @@ ANN_REBUILD_ROWS = 250_000
 # rows at a time, never the whole table's. Over a million synthetic 384-d vectors committed 4,096
 # rows at a time, LanceDB's IVF_HNSW_SQ build over the whole table grew a fresh process by 318 MB
 # (200 s); the first build over 65,536 rows by 196 MB and each of the 15 folds by 101-161 MB
-# (2026-12-06, ``benchmarks/results-ann-segments-tail-unindexed.json``).
+# (2026-12-06, ``benchmarks/results-ann-segments-tail-unindexed.json``). Smaller segments fold in
+# less memory but leave more deltas, and each costs a query about 1 ms: over 262,144 rows, segments
+# of 65,536 / 32,768 / 16,384 rows grew the process by at most 135 / 81 / 62 MB and a vector query
+# took 19.1 / 26.6 / 35.1 ms p50 over 4 / 8 / 16 deltas (2026-12-07,
+# ``benchmarks/results-ann-segment-size-*.json``); the first build covers ``ann.min_rows`` rows anyway.
 SEGMENT_ROWS = 65_536
 
 # LanceDB's caches (index pages, file metadata) of a store that writes, each at most this many MiB.
