@@ -128,6 +128,9 @@ def walk_source(source: SourceConfig, max_file_bytes: int) -> Iterator[Discovere
                 why = "it was replaced by a link or a file while walking; not followed"
             yield _bad(source, (rel_dir or ".") + "/", current, "failed", f"cannot list folder: {why}")
             continue
+        # A name shown in place of the real one (escaped, or redacted) is never another file's:
+        # the folder's text names, and each shown name as it is given out.
+        taken = {name for name, _ in entries if _utf8(name)}
         for name, st in entries:
             rel = f"{rel_dir}/{name}" if rel_dir else name
             abs_path = os.path.join(current, name)
@@ -139,10 +142,11 @@ def walk_source(source: SourceConfig, max_file_bytes: int) -> Iterator[Discovere
                 if wanted:
                     kind = "folder" if folder else "file"
                     reason = f"the {kind} name is not valid UTF-8; not indexed (rename the {kind} to index {'what it holds' if folder else 'it'})"
-                    shown_rel = escaped_name(rel) + ("/" if folder else "")
+                    shown = distinct_name(escaped_name(name), taken)
+                    shown_rel = (f"{rel_dir}/{shown}" if rel_dir else shown) + ("/" if folder else "")
                     named = _secret_in_name(shown_rel)  # a secret in it is not stored, escaped or not
                     if named:
-                        shown_rel, reason = named
+                        shown_rel, reason = _distinct_rel(named[0], taken, shown), named[1]
                     yield _bad(source, shown_rel, os.path.join(root, shown_rel), "failed", reason)
                 continue
             if isinstance(st, OSError):
@@ -158,7 +162,8 @@ def walk_source(source: SourceConfig, max_file_bytes: int) -> Iterator[Discovere
             named = _secret_in_name(rel)
             if named:
                 # Never stored, not even as a path in the records: the name is shown redacted.
-                yield _bad(source, named[0], os.path.join(root, named[0]), "failed", named[1])
+                shown_rel = _distinct_rel(named[0], taken, name)
+                yield _bad(source, shown_rel, os.path.join(root, shown_rel), "failed", named[1])
                 continue
             if stat_mod.S_ISLNK(st.st_mode):
                 try:
@@ -212,6 +217,30 @@ def escaped_name(name: str) -> str:
     """A file system name as text that can be stored and shown: bytes that are not UTF-8 as
     ``\\xNN`` (``caf\\xe9.md``)."""
     return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def distinct_name(shown: str, taken: set[str]) -> str:
+    """``shown``, or ``shown~2``, ``shown~3``…: the first that no name in ``taken`` is, which is
+    then taken. An escaped name (``caf\\xe9.md`` for the Latin-1 ``caf<E9>.md``) or a redacted one
+    can be another file's real name in the same folder; sharing its record path, the reported file's
+    record replaced the indexed one's, which every run then wrote again and counted as not indexed."""
+    candidate, n = shown, 1
+    while candidate in taken:
+        n += 1
+        candidate = f"{shown}~{n}"
+    taken.add(candidate)
+    return candidate
+
+
+def _distinct_rel(shown_rel: str, taken: set[str], own: str) -> str:
+    """A redacted path shown for a name ``own`` of a folder, its last part made distinct among the
+    folder's names (``taken``) when the redaction changed it; a last part left as ``own`` (the secret
+    was in a folder above) is the file's own, already unique. A folder's path keeps its ``/``."""
+    slash = "/" if shown_rel.endswith("/") else ""
+    head, _, last = shown_rel.rstrip("/").rpartition("/")
+    if last != own:
+        last = distinct_name(last, taken)
+    return (f"{head}/{last}" if head else last) + slash
 
 
 @lru_cache(maxsize=65536)  # a path is checked once per process, not on every walk (up to 65,536 paths)

@@ -129,7 +129,7 @@ def test_an_unreadable_data_file_is_an_error_that_names_it_and_it_is_not_set_asi
         assert locked.is_file() and not list(tmp_path.rglob("*.corrupt-*")), (args, sorted(p.name for p in locked.parent.iterdir()))
     locked.chmod(0o644)
     again = run_json("index", "--config", str(cfg), "--json")
-    assert again["chunks_embedded"] == 0 and again["files_changed"] == 0, again
+    assert again["chunks_embedded"] == 0 and again["files_changed"] == 0 and again["rows_written"] == 0, again
 
 
 def test_a_name_that_is_not_utf8_and_a_json_surrogate_escape_fail_only_their_own_file(tmp_path: Path):
@@ -144,19 +144,28 @@ def test_a_name_that_is_not_utf8_and_a_json_surrogate_escape_fail_only_their_own
     (mem / "doc.json").write_text('{"title": "x \\udfff y", "body": "the quokka census is on Rottnest"}\n')
     with open(os.path.join(os.fsencode(mem), b"caf\xe9.md"), "wb") as fh:
         fh.write(b"# Cafe\n\nlatin name\n")
+    # A real file named as the Latin-1 one is shown: it shared that one's record, and every run
+    # wrote its row again (files_changed 1 on each later run, the file counted as not indexed).
+    (mem / "caf\\xe9.md").write_text("# Twin\n\nThe narwhal tusk survey is named with a backslash.\n")
     os.mkdir(os.path.join(os.fsencode(mem), b"old\xff"))
     with open(os.path.join(os.fsencode(mem), b"old\xff", b"inside.md"), "wb") as fh:
         fh.write(b"# Inside\n\ninside a folder of a latin name\n")
     cfg = write_config(tmp_path / "memory_pipeline.yaml")
     scan = run_cli("scan", "--config", str(cfg))
-    assert scan.returncode == 0 and "caf\\xe9.md" in scan.stdout and "Traceback" not in scan.stderr, scan.stdout + scan.stderr
+    assert scan.returncode == 0 and "caf\\xe9.md~2" in scan.stdout and "Traceback" not in scan.stderr, scan.stdout + scan.stderr
     summary = run_json("index", "--config", str(cfg), "--json")
     errors = {Path(e["path"]).name: e for e in summary["errors"]}
-    assert errors["caf\\xe9.md"]["status"] == "failed" and "not valid UTF-8" in errors["caf\\xe9.md"]["reason"], errors
+    assert errors["caf\\xe9.md~2"]["status"] == "failed" and "not valid UTF-8" in errors["caf\\xe9.md~2"]["reason"], errors
+    assert "caf\\xe9.md" not in errors, errors
     assert errors["old\\xff"]["status"] == "failed" and "folder name" in errors["old\\xff"]["reason"], errors
     for name in ("chat.jsonl", "doc.json"):
         assert errors[name]["status"] == "partial" and "U+FFFD" in errors[name]["reason"], errors
-    for query, path in (("wombat conference Hobart", "chat.jsonl"), ("quokka census", "doc.json"), ("kiln glaze firing", "kiln.md")):
+    for query, path in (
+        ("wombat conference Hobart", "chat.jsonl"),
+        ("quokka census", "doc.json"),
+        ("kiln glaze firing", "kiln.md"),
+        ("narwhal tusk survey", "caf\\xe9.md"),
+    ):
         hits = run_json("search", query, "--config", str(cfg), "--json")["results"]
         assert hits and hits[0]["path"].endswith(path), (query, hits[:2])
     rows = table_rows(tmp_path / "index")
