@@ -128,9 +128,10 @@ def walk_source(source: SourceConfig, max_file_bytes: int) -> Iterator[Discovere
                 why = "it was replaced by a link or a file while walking; not followed"
             yield _bad(source, (rel_dir or ".") + "/", current, "failed", f"cannot list folder: {why}")
             continue
-        # A name shown in place of the real one (escaped, or redacted) is never another file's:
-        # the folder's text names, and each shown name as it is given out.
-        taken = {name for name, _ in entries if _utf8(name)}
+        # A name shown in place of the real one (escaped, or redacted) is never another file's: the
+        # folder's names (one that is not UTF-8 holds a surrogate, which no shown name does), and
+        # each shown name as it is given out.
+        taken = {name for name, _ in entries}
         for name, st in entries:
             rel = f"{rel_dir}/{name}" if rel_dir else name
             abs_path = os.path.join(current, name)
