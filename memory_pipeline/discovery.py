@@ -156,7 +156,16 @@ def walk_source(source: SourceConfig, max_file_bytes: int) -> Iterator[Discovere
             if stat_mod.S_ISDIR(st.st_mode):
                 # A folder is pruned only when an exclude glob covers everything under it.
                 if not any(glob_match(rel + "/", p) for p in source.exclude):
-                    stack.append(rel)
+                    named = _secret_in_name(rel)
+                    if named:
+                        # Reported once, redacted, and not walked, as a folder whose name is not
+                        # UTF-8: every path under it holds the secret too. Its files were each
+                        # reported under the redacted folder, which could be another folder's real
+                        # name (``[REDACTED:aws-access-key]/a.md``) or two secret folders' alike.
+                        shown_rel = _distinct_rel(named[0].rstrip("/") + "/", taken, name)
+                        yield _bad(source, shown_rel, os.path.join(root, shown_rel), "failed", _SECRET_FOLDER)
+                    else:
+                        stack.append(rel)
                 continue
             if not is_selected(rel, source):
                 continue
@@ -220,6 +229,9 @@ def escaped_name(name: str) -> str:
     return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
+_SECRET_FOLDER = "the folder name holds what looks like a secret; not indexed (rename the folder to index what it holds)"
+
+
 def distinct_name(shown: str, taken: set[str]) -> str:
     """``shown``, or ``shown~2``, ``shown~3``…: the first that no name in ``taken`` is, which is
     then taken. An escaped name (``caf\\xe9.md`` for the Latin-1 ``caf<E9>.md``) or a redacted one
@@ -235,8 +247,9 @@ def distinct_name(shown: str, taken: set[str]) -> str:
 
 def _distinct_rel(shown_rel: str, taken: set[str], own: str) -> str:
     """A redacted path shown for a name ``own`` of a folder, its last part made distinct among the
-    folder's names (``taken``) when the redaction changed it; a last part left as ``own`` (the secret
-    was in a folder above) is the file's own, already unique. A folder's path keeps its ``/``."""
+    folder's names (``taken``) when the redaction changed it. A last part left as ``own`` is the
+    name's own, already unique: only a secret that runs across the folder's path and the name leaves
+    it (a folder whose own name holds one is not walked). A folder's path keeps its ``/``."""
     slash = "/" if shown_rel.endswith("/") else ""
     head, _, last = shown_rel.rstrip("/").rpartition("/")
     if last != own:

@@ -321,3 +321,28 @@ def test_a_name_that_is_not_utf8_keeps_its_secret_out_and_an_excluded_one_is_not
     got = list(walk_source(SourceConfig(name="s", path=tmp_path, include=DEFAULT_INCLUDE, exclude=("archive*/**",)), 1000))
     assert len(got) == 1 and got[0].status == "failed", got
     assert token not in got[0].path and token not in got[0].abs_path and "secret" in got[0].reason, got[0]
+
+
+def test_a_folder_whose_name_holds_a_secret_is_reported_once_and_never_shares_a_path(tmp_path):
+    """Files in a folder named like an AWS key were each reported under the redacted folder,
+    ``[REDACTED:aws-access-key]/a.md``: a folder really named so had its file's record taken (every
+    run wrote that file's row again, coverage 0.0), and two such folders gave two records of one
+    path. The folder is now reported once, redacted and told apart from its siblings, and not walked."""
+    for name in ("AKIAIOSFODNN7EXAMPLE", "AKIAIOSFODNN7EXAMPLF"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "a.md").write_text("secret folder file\n")
+    walk = lambda: list(walk_source(SourceConfig(name="s", path=tmp_path, include=DEFAULT_INCLUDE, exclude=DEFAULT_EXCLUDE), 1000))  # noqa: E731
+    shown = sorted(f.path for f in walk())
+    assert len(shown) == 2 and shown[0].endswith("]/") and shown[1] == shown[0][:-1] + "~2/", shown
+    literal = tmp_path / shown[0].rstrip("/")
+    literal.mkdir()
+    (literal / "a.md").write_text("walrus lives in the literal folder\n")
+    got = walk()
+    by_path = {f.path: f for f in got}
+    assert len(by_path) == len(got) == 3, [(f.path, f.status) for f in got]
+    assert by_path[shown[0] + "a.md"].status == "ok"
+    failed = [f for f in got if f.status == "failed"]
+    assert len(failed) == 2 and all(f.path.endswith("/") and "folder name holds what looks like a secret" in f.reason for f in failed), failed
+    assert not [f for f in got if "AKIA" in f.path or "AKIA" in f.abs_path]
+    excluded = list(walk_source(SourceConfig(name="s", path=tmp_path, include=DEFAULT_INCLUDE, exclude=("AKIA*/**",)), 1000))
+    assert [f.path for f in excluded] == [shown[0] + "a.md"]  # an excluded one is not reported
