@@ -158,12 +158,13 @@ def walk_source(source: SourceConfig, max_file_bytes: int) -> Iterator[Discovere
                 if not any(glob_match(rel + "/", p) for p in source.exclude):
                     named = _secret_in_name(rel)
                     if named:
-                        # Reported once, redacted, and not walked, as a folder whose name is not
-                        # UTF-8: every path under it holds the secret too. Its files were each
-                        # reported under the redacted folder, which could be another folder's real
-                        # name (``[REDACTED:aws-access-key]/a.md``) or two secret folders' alike.
-                        shown_rel = _distinct_rel(named[0].rstrip("/") + "/", taken, name)
-                        yield _bad(source, shown_rel, os.path.join(root, shown_rel), "failed", _SECRET_FOLDER)
+                        # Reported once, redacted, when it holds a file the source selects, and not
+                        # walked further: every path under it holds the secret too. Its files were
+                        # each reported under the redacted folder, which could be another folder's
+                        # real name (``[REDACTED:aws-access-key]/a.md``) or two secret folders' alike.
+                        if _selects_any(root, rel, source):
+                            shown_rel = _distinct_rel(named[0].rstrip("/") + "/", taken, name)
+                            yield _bad(source, shown_rel, os.path.join(root, shown_rel), "failed", _SECRET_FOLDER)
                     else:
                         stack.append(rel)
                 continue
@@ -227,6 +228,27 @@ def escaped_name(name: str) -> str:
     """A file system name as text that can be stored and shown: bytes that are not UTF-8 as
     ``\\xNN`` (``caf\\xe9.md``)."""
     return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def _selects_any(root: str | os.PathLike[str], rel_dir: str, source: SourceConfig) -> bool:
+    """Whether the folder ``rel_dir`` holds a file that ``source`` selects (nothing is recorded)."""
+    stack = [rel_dir]
+    while stack:
+        current = stack.pop()
+        try:
+            entries = list_folder(root, current)
+        except OSError:
+            continue
+        for name, st in entries:
+            rel = f"{current}/{name}"
+            if isinstance(st, OSError):
+                continue
+            if stat_mod.S_ISDIR(st.st_mode):
+                if not any(glob_match(rel + "/", p) for p in source.exclude):
+                    stack.append(rel)
+            elif is_selected(rel, source):
+                return True
+    return False
 
 
 _SECRET_FOLDER = "the folder name holds what looks like a secret; not indexed (rename the folder to index what it holds)"

@@ -346,3 +346,9 @@ def test_a_folder_whose_name_holds_a_secret_is_reported_once_and_never_shares_a_
     assert not [f for f in got if "AKIA" in f.path or "AKIA" in f.abs_path]
     excluded = list(walk_source(SourceConfig(name="s", path=tmp_path, include=DEFAULT_INCLUDE, exclude=("AKIA*/**",)), 1000))
     assert [f.path for f in excluded] == [shown[0] + "a.md"]  # an excluded one is not reported
+    # Nor one that holds nothing the source selects (as before, when its files were reported one by one).
+    (tmp_path / "AKIAIOSFODNN7EXAMPLG" / "deep").mkdir(parents=True)
+    (tmp_path / "AKIAIOSFODNN7EXAMPLG" / "deep" / "b.txt").write_text("text\n")
+    only_md = list(walk_source(SourceConfig(name="s", path=tmp_path, include=("**/*.md",), exclude=DEFAULT_EXCLUDE), 1000))
+    assert len(only_md) == 3 and len([f for f in only_md if f.status == "failed"]) == 2, [(f.path, f.status) for f in only_md]
+    assert len([f for f in walk() if f.status == "failed"]) == 3  # deep/b.txt is selected by the default globs
