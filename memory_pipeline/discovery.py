@@ -83,6 +83,10 @@ class DiscoveredFile:
     inode: int
     status: str  # "ok" | "skipped" | "failed"
     reason: str = ""
+    # The path is shown in place of the file's own name (escaped: not UTF-8; or redacted: it holds a
+    # secret), and is no name of its folder now (:func:`distinct_name`). Rows at that path are of a
+    # file that is gone: they are not kept as a failed file's last good rows are.
+    shown: bool = False
 
     @property
     def doc_id(self) -> str:
@@ -148,7 +152,7 @@ def walk_source(source: SourceConfig, max_file_bytes: int) -> Iterator[Discovere
                     named = _secret_in_name(shown_rel)  # a secret in it is not stored, escaped or not
                     if named:
                         shown_rel, reason = _distinct_rel(named[0], taken, shown), named[1]
-                    yield _bad(source, shown_rel, os.path.join(root, shown_rel), "failed", reason)
+                    yield _bad(source, shown_rel, os.path.join(root, shown_rel), "failed", reason, shown=True)
                 continue
             if isinstance(st, OSError):
                 yield _bad(source, rel, abs_path, "failed", f"cannot stat: {st.strerror or st}")
@@ -164,7 +168,7 @@ def walk_source(source: SourceConfig, max_file_bytes: int) -> Iterator[Discovere
                         # real name (``[REDACTED:aws-access-key]/a.md``) or two secret folders' alike.
                         if _selects_any(root, rel, source):
                             shown_rel = _distinct_rel(named[0].rstrip("/") + "/", taken, name)
-                            yield _bad(source, shown_rel, os.path.join(root, shown_rel), "failed", _SECRET_FOLDER)
+                            yield _bad(source, shown_rel, os.path.join(root, shown_rel), "failed", _SECRET_FOLDER, shown=True)
                     else:
                         stack.append(rel)
                 continue
@@ -174,7 +178,7 @@ def walk_source(source: SourceConfig, max_file_bytes: int) -> Iterator[Discovere
             if named:
                 # Never stored, not even as a path in the records: the name is shown redacted.
                 shown_rel = _distinct_rel(named[0], taken, name)
-                yield _bad(source, shown_rel, os.path.join(root, shown_rel), "failed", named[1])
+                yield _bad(source, shown_rel, os.path.join(root, shown_rel), "failed", named[1], shown=True)
                 continue
             if stat_mod.S_ISLNK(st.st_mode):
                 try:
@@ -318,7 +322,7 @@ def walk_all(settings: Settings) -> Iterator[DiscoveredFile]:
         yield from walk_source(source, settings.limits.max_file_bytes)
 
 
-def _bad(source: SourceConfig, rel: str, abs_path: str, status: str, reason: str) -> DiscoveredFile:
+def _bad(source: SourceConfig, rel: str, abs_path: str, status: str, reason: str, *, shown: bool = False) -> DiscoveredFile:
     return DiscoveredFile(
         source=source.name,
         path=rel,
@@ -329,6 +333,7 @@ def _bad(source: SourceConfig, rel: str, abs_path: str, status: str, reason: str
         inode=0,
         status=status,
         reason=reason,
+        shown=shown,
     )
 
 

@@ -196,8 +196,12 @@ def discover(
                 state = {d: r for d, r in state.items() if d not in stale}
                 data.write_rows(sorted(state.values(), key=lambda r: r["doc_id"]), INDEXED_STATE_SCHEMA, "memory_vectors", shard, ".state")
                 orphans |= stale
-        rows = [manifest_row(f, prev.get(f.doc_id), state.get(f.doc_id), settings, force=force, fp=fp, counts=counts) for f in by_shard.get(shard, [])]
-        present_ok = {r["doc_id"] for r in rows if r["status"] != "skipped"}
+        walked = by_shard.get(shard, [])
+        rows = [manifest_row(f, prev.get(f.doc_id), state.get(f.doc_id), settings, force=force, fp=fp, counts=counts) for f in walked]
+        # A file that fails keeps its last good rows; a path shown in place of a name (escaped or
+        # redacted) keeps none: no file of that name is there now, so its rows are a gone file's
+        # (a real ``caf\xe9.md`` deleted, the Latin-1 ``caf<E9>.md`` beside it is shown so again).
+        present_ok = {r["doc_id"] for r, f in zip(rows, walked) if r["status"] != "skipped" and not f.shown}
         # A row another program wrote may have any doc_id: one without "source:" is an orphan too.
         deletions = [
             {"doc_id": d, "source": d.partition(":")[0] if ":" in d else "", "path": d.partition(":")[2] if ":" in d else d}

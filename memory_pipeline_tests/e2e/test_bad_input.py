@@ -172,3 +172,29 @@ def test_a_name_that_is_not_utf8_and_a_json_surrogate_escape_fail_only_their_own
     assert not [r for r in rows if "\ufffd" not in r["text"] and "wombat" in r["text"]]  # the escape is U+FFFD in the table
     again = run_json("index", "--config", str(cfg), "--json")
     assert again["chunks_embedded"] == 0 and again["files_changed"] == 0, again
+
+
+def test_the_rows_of_a_file_whose_name_a_shown_name_takes_over_are_removed_when_it_is_deleted(tmp_path: Path):
+    """A real ``caf\\xe9.md`` beside a Latin-1 ``caf<E9>.md`` (shown ``caf\\xe9.md~2``): once the real
+    one is deleted, the Latin-1 one is shown as ``caf\\xe9.md`` again, the deleted file's path. As a
+    failed file's record it kept that file's rows, so a deleted note was still found by search.
+    A shown name keeps no rows: they are removed, and the next run does nothing."""
+    mem = tmp_path / "mem"
+    mem.mkdir()
+    (mem / "kiln.md").write_text("# Kiln\n\nThe kiln reached cone ten on the glaze firing.\n")
+    real = mem / "caf\\xe9.md"
+    real.write_text("# Twin\n\nThe narwhal tusk survey is named with a backslash.\n")
+    with open(os.path.join(os.fsencode(mem), b"caf\xe9.md"), "wb") as fh:
+        fh.write(b"# Cafe\n\nlatin name\n")
+    cfg = write_config(tmp_path / "memory_pipeline.yaml")
+    first = run_json("index", "--config", str(cfg), "--json")
+    assert [Path(e["path"]).name for e in first["errors"]] == ["caf\\xe9.md~2"], first["errors"]
+    assert run_json("search", "narwhal tusk survey", "--config", str(cfg), "--json")["results"][0]["path"].endswith("caf\\xe9.md")
+    real.unlink()
+    second = run_json("index", "--config", str(cfg), "--json")
+    assert [Path(e["path"]).name for e in second["errors"]] == ["caf\\xe9.md"], second["errors"]
+    assert second["files_deleted"] == 1 and second["rows_deleted"] == 1 and second["table_rows"] == 1, second
+    hits = run_json("search", "narwhal tusk survey", "--config", str(cfg), "--json")["results"]
+    assert not [h for h in hits if "caf" in h["path"]], hits
+    third = run_json("index", "--config", str(cfg), "--json")
+    assert third["files_changed"] == 0 and third["files_deleted"] == 0 and third["rows_written"] == 0 and third["rows_deleted"] == 0, third
