@@ -84,7 +84,7 @@ class DiscoveredFile:
     status: str  # "ok" | "skipped" | "failed"
     reason: str = ""
     # The path is shown in place of the file's own name (escaped: not UTF-8; or redacted: it holds a
-    # secret), and is no name of its folder now (:func:`distinct_name`). Rows at that path are of a
+    # secret), and is no name of its folder now (:func:`_distinct_name`). Rows at that path are of a
     # file that is gone: they are not kept as a failed file's last good rows are.
     shown: bool = False
 
@@ -143,42 +143,39 @@ def walk_source(source: SourceConfig, max_file_bytes: int) -> Iterator[Discovere
                 # Bytes that are not UTF-8 (a Latin-1 name copied from an old disk): no record,
                 # id, Parquet file or table can hold the name, so it is reported, shown escaped.
                 folder = not isinstance(st, OSError) and stat_mod.S_ISDIR(st.st_mode)
-                wanted = not any(glob_match(rel + "/", p) for p in source.exclude) if folder else is_selected(rel, source)
+                wanted = not _pruned(rel, source) if folder else is_selected(rel, source)
                 if wanted:
                     kind = "folder" if folder else "file"
                     reason = f"the {kind} name is not valid UTF-8; not indexed (rename the {kind} to index {'what it holds' if folder else 'it'})"
-                    shown = distinct_name(escaped_name(name), taken)
+                    shown = _distinct_name(escaped_name(name), taken)
                     shown_rel = (f"{rel_dir}/{shown}" if rel_dir else shown) + ("/" if folder else "")
                     named = _secret_in_name(shown_rel)  # a secret in it is not stored, escaped or not
                     if named:
                         shown_rel, reason = _distinct_rel(named[0], taken, shown), named[1]
-                    yield _bad(source, shown_rel, os.path.join(root, shown_rel), "failed", reason, shown=True)
+                    yield _shown(source, root, shown_rel, reason)
                 continue
             if isinstance(st, OSError):
                 yield _bad(source, rel, abs_path, "failed", f"cannot stat: {st.strerror or st}")
                 continue
             if stat_mod.S_ISDIR(st.st_mode):
-                # A folder is pruned only when an exclude glob covers everything under it.
-                if not any(glob_match(rel + "/", p) for p in source.exclude):
-                    named = _secret_in_name(rel)
-                    if named:
-                        # Reported once, redacted, when it holds a file the source selects, and not
-                        # walked further: every path under it holds the secret too. Its files were
-                        # each reported under the redacted folder, which could be another folder's
-                        # real name (``[REDACTED:aws-access-key]/a.md``) or two secret folders' alike.
-                        if _selects_any(root, rel, source):
-                            shown_rel = _distinct_rel(named[0].rstrip("/") + "/", taken, name)
-                            yield _bad(source, shown_rel, os.path.join(root, shown_rel), "failed", _SECRET_FOLDER, shown=True)
-                    else:
-                        stack.append(rel)
+                if _pruned(rel, source):
+                    continue
+                named = _secret_in_name(rel)
+                if named is None:
+                    stack.append(rel)
+                elif _selects_any(root, rel, source):
+                    # Reported once, redacted, and not walked: every path under it holds the secret
+                    # too. Its files were each reported under the redacted folder, which could be
+                    # another folder's real name (``[REDACTED:aws-access-key]/a.md``) or two secret
+                    # folders' alike.
+                    yield _shown(source, root, _distinct_rel(named[0] + "/", taken, name), _SECRET_FOLDER)
                 continue
             if not is_selected(rel, source):
                 continue
             named = _secret_in_name(rel)
             if named:
                 # Never stored, not even as a path in the records: the name is shown redacted.
-                shown_rel = _distinct_rel(named[0], taken, name)
-                yield _bad(source, shown_rel, os.path.join(root, shown_rel), "failed", named[1], shown=True)
+                yield _shown(source, root, _distinct_rel(named[0], taken, name), named[1])
                 continue
             if stat_mod.S_ISLNK(st.st_mode):
                 try:
@@ -234,6 +231,11 @@ def escaped_name(name: str) -> str:
     return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
+def _pruned(rel_dir: str, source: SourceConfig) -> bool:
+    """Whether an exclude glob covers everything under the folder ``rel_dir`` (then it is not walked)."""
+    return any(glob_match(rel_dir + "/", p) for p in source.exclude)
+
+
 def _selects_any(root: str | os.PathLike[str], rel_dir: str, source: SourceConfig) -> bool:
     """Whether the folder ``rel_dir`` holds a file that ``source`` selects (nothing is recorded)."""
     stack = [rel_dir]
@@ -248,7 +250,7 @@ def _selects_any(root: str | os.PathLike[str], rel_dir: str, source: SourceConfi
             if isinstance(st, OSError):
                 continue
             if stat_mod.S_ISDIR(st.st_mode):
-                if not any(glob_match(rel + "/", p) for p in source.exclude):
+                if not _pruned(rel, source):
                     stack.append(rel)
             elif is_selected(rel, source):
                 return True
@@ -258,7 +260,7 @@ def _selects_any(root: str | os.PathLike[str], rel_dir: str, source: SourceConfi
 _SECRET_FOLDER = "the folder name holds what looks like a secret; not indexed (rename the folder to index what it holds)"
 
 
-def distinct_name(shown: str, taken: set[str]) -> str:
+def _distinct_name(shown: str, taken: set[str]) -> str:
     """``shown``, or ``shown~2``, ``shown~3``…: the first that no name in ``taken`` is, which is
     then taken. An escaped name (``caf\\xe9.md`` for the Latin-1 ``caf<E9>.md``) or a redacted one
     can be another file's real name in the same folder; sharing its record path, the reported file's
@@ -279,7 +281,7 @@ def _distinct_rel(shown_rel: str, taken: set[str], own: str) -> str:
     slash = "/" if shown_rel.endswith("/") else ""
     head, _, last = shown_rel.rstrip("/").rpartition("/")
     if last != own:
-        last = distinct_name(last, taken)
+        last = _distinct_name(last, taken)
     return (f"{head}/{last}" if head else last) + slash
 
 
@@ -320,6 +322,11 @@ def forget_name_checks() -> None:
 def walk_all(settings: Settings) -> Iterator[DiscoveredFile]:
     for source in settings.sources:
         yield from walk_source(source, settings.limits.max_file_bytes)
+
+
+def _shown(source: SourceConfig, root: str | os.PathLike[str], shown_rel: str, reason: str) -> DiscoveredFile:
+    """The failed record of a name shown in place of its own (escaped or redacted): see ``DiscoveredFile.shown``."""
+    return _bad(source, shown_rel, os.path.join(root, shown_rel), "failed", reason, shown=True)
 
 
 def _bad(source: SourceConfig, rel: str, abs_path: str, status: str, reason: str, *, shown: bool = False) -> DiscoveredFile:

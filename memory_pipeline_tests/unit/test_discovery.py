@@ -331,7 +331,10 @@ def test_a_folder_whose_name_holds_a_secret_is_reported_once_and_never_shares_a_
     for name in ("AKIAIOSFODNN7EXAMPLE", "AKIAIOSFODNN7EXAMPLF"):
         (tmp_path / name).mkdir()
         (tmp_path / name / "a.md").write_text("secret folder file\n")
-    walk = lambda: list(walk_source(SourceConfig(name="s", path=tmp_path, include=DEFAULT_INCLUDE, exclude=DEFAULT_EXCLUDE), 1000))  # noqa: E731
+
+    def walk() -> list:
+        return list(walk_source(SourceConfig(name="s", path=tmp_path, include=DEFAULT_INCLUDE, exclude=DEFAULT_EXCLUDE), 1000))
+
     shown = sorted(f.path for f in walk())
     assert len(shown) == 2 and shown[0].endswith("]/") and shown[1] == shown[0][:-1] + "~2/", shown
     literal = tmp_path / shown[0].rstrip("/")
