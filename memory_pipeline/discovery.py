@@ -87,6 +87,10 @@ class DiscoveredFile:
     # secret), and is no name of its folder now (:func:`_distinct_name`). Rows at that path are of a
     # file that is gone: they are not kept as a failed file's last good rows are.
     shown: bool = False
+    # A folder (``path`` ends in ``/``; ``./`` for the source's root) that could not be listed this
+    # time (permissions, a disk error): the rows of the files under it are kept, as a missing
+    # source's are, until it can be listed again.
+    unlisted: bool = False
 
     @property
     def doc_id(self) -> str:
@@ -110,11 +114,13 @@ def is_selected(rel_path: str, source: SourceConfig) -> bool:
     return not any(glob_match(rel_path, p) for p in source.exclude)
 
 
-def walk_source(source: SourceConfig, max_file_bytes: int) -> Iterator[DiscoveredFile]:
+def walk_source(source: SourceConfig, max_file_bytes: int, own: frozenset[str] = frozenset()) -> Iterator[DiscoveredFile]:
     """Stat-walk one source root; yields every selected file, with a status.
 
     Only ``lstat`` is used, so a walk of 10k unchanged files costs milliseconds. Folders
     are listed through descriptors opened without following links (``safeio.list_folder``).
+    ``own``: real paths of folders that are never walked (the data folder, when it lies inside
+    the source: its Parquet files, table and run records are not the user's memory).
     """
     root = source.path
     if not root.is_dir():
@@ -130,7 +136,7 @@ def walk_source(source: SourceConfig, max_file_bytes: int) -> Iterator[Discovere
             why = err.strerror or str(err)
             if err.errno in (errno.ELOOP, errno.ENOTDIR):
                 why = "it was replaced by a link or a file while walking; not followed"
-            yield _bad(source, (rel_dir or ".") + "/", current, "failed", f"cannot list folder: {why}")
+            yield _bad(source, (rel_dir or ".") + "/", current, "failed", f"cannot list folder: {why}", unlisted=True)
             continue
         # A name shown in place of the real one (escaped, or redacted) is never another file's: the
         # folder's names (one that is not UTF-8 holds a surrogate, which no shown name does), and
@@ -158,7 +164,7 @@ def walk_source(source: SourceConfig, max_file_bytes: int) -> Iterator[Discovere
                 yield _bad(source, rel, abs_path, "failed", f"cannot stat: {st.strerror or st}")
                 continue
             if stat_mod.S_ISDIR(st.st_mode):
-                if _pruned(rel, source):
+                if _pruned(rel, source) or (own and os.path.join(root_real, rel) in own):
                     continue
                 named = _secret_in_name(rel)
                 if named is None:
@@ -320,8 +326,19 @@ def forget_name_checks() -> None:
 
 
 def walk_all(settings: Settings) -> Iterator[DiscoveredFile]:
+    own = own_folders(settings)
     for source in settings.sources:
-        yield from walk_source(source, settings.limits.max_file_bytes)
+        yield from walk_source(source, settings.limits.max_file_bytes, own)
+
+
+def own_folders(settings: Settings) -> frozenset[str]:
+    """Real paths of the folders this configuration writes, which a walk never enters: its data
+    folder, or ``local_dir`` with an ``s3://`` data_dir (all it writes on this machine is under it).
+    A data folder inside a source (``path: .`` beside ``data_dir: data/index``) had its Parquet
+    assets, run records and table indexed as notes, and every run found its own writes changed."""
+    from memory_pipeline import storage
+
+    return frozenset({os.path.realpath(storage.of(settings).root)})
 
 
 def _shown(source: SourceConfig, root: str | os.PathLike[str], shown_rel: str, reason: str) -> DiscoveredFile:
@@ -329,7 +346,7 @@ def _shown(source: SourceConfig, root: str | os.PathLike[str], shown_rel: str, r
     return _bad(source, shown_rel, os.path.join(root, shown_rel), "failed", reason, shown=True)
 
 
-def _bad(source: SourceConfig, rel: str, abs_path: str, status: str, reason: str, *, shown: bool = False) -> DiscoveredFile:
+def _bad(source: SourceConfig, rel: str, abs_path: str, status: str, reason: str, *, shown: bool = False, unlisted: bool = False) -> DiscoveredFile:
     return DiscoveredFile(
         source=source.name,
         path=rel,
@@ -341,6 +358,7 @@ def _bad(source: SourceConfig, rel: str, abs_path: str, status: str, reason: str
         status=status,
         reason=reason,
         shown=shown,
+        unlisted=unlisted,
     )
 
 

@@ -255,9 +255,10 @@ def list_folder(root: str | os.PathLike[str], rel_dir: str) -> list[tuple[str, o
     being listed. A failed ``lstat`` of one entry is given as its ``OSError``.
     """
     root_real = os.path.realpath(root)
-    fd = os.open(root_real, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    # _descend consumes the root's descriptor, also when it fails: only the folder's is closed here
+    # (closing the root's again closed a number another thread may have been given since).
+    fd = _descend(os.open(root_real, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC), [p for p in rel_dir.split("/") if p])
     try:
-        fd = _descend(fd, [p for p in rel_dir.split("/") if p])
         out: list[tuple[str, os.stat_result | OSError]] = []
         with os.scandir(fd) as it:
             for entry in it:

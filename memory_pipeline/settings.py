@@ -102,6 +102,11 @@ def _globs(value: Any) -> Any:
         value = [value]
     if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) and v for v in value):
         raise _bad("must be a list of glob strings")
+    for v in value:
+        # Globs match paths relative to the source folder (``notes/a.md``): one that is absolute or
+        # steps through ``.`` or ``..`` can match nothing, and selected nothing without a word.
+        if v.startswith("/") or any(part in (".", "..") for part in v.split("/")):
+            raise _bad(f"has {_shown(v)}: globs match paths relative to the source folder (notes/*.md, **/*.md), with no leading /, ./ or ..")
     return tuple(value)
 
 
@@ -460,6 +465,11 @@ class Settings:
             _check_native(self.provider, self.model)
         if self.fallback is not None and self.fallback == self.provider:
             raise _bad(f"is the same provider as provider ({self.provider})", sub=("fallback",))
+        if not isinstance(self.data_dir, str):
+            for src in self.sources:
+                if os.path.realpath(src.path) == os.path.realpath(self.data_dir):
+                    # Inside a source it is fine (the walk never enters it); as the source itself, the notes would live among the index's files.
+                    raise _bad(f"is the folder of source {_shown(src.name)}: give the index a folder of its own (inside it is fine, e.g. data_dir: {_shown(str(Path(src.path) / '.memory-index'), quote=False)})", sub=("data_dir",))
         if self.remote.batch.enabled and not self.cache.enabled:
             # Batch results wait in the cache until every file that needs them is written (and a resumed run finds them there).
             raise _bad("needs cache.enabled: true", sub=("remote", "batch", "enabled"))

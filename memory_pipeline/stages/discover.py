@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memory_pipeline import storage
-from memory_pipeline.changes import EmbeddingIdentity, decide, file_sha256, fingerprint, same_stat
+from memory_pipeline.changes import EmbeddingIdentity, committed, decide, file_sha256, fingerprint, same_stat
 from memory_pipeline.discovery import DiscoveredFile, assess, forget_name_checks, shard_of, walk_all
 from memory_pipeline.errors import StoreError
 from memory_pipeline.models import DELETIONS_SCHEMA, INDEXED_STATE_SCHEMA, MANIFEST_SCHEMA, frame_of
@@ -172,17 +172,25 @@ def discover(
     elif check is not None and check.upgrade:
         log.info("%s: added by this run's write stage", check.upgrade)
     by_shard: dict[str, list[DiscoveredFile]] = defaultdict(list)
+    # Folders whose files were not seen this time, per source ("" for the whole source): the rows of
+    # the files under them are kept. An unmounted disk (the source folder missing) or a folder that
+    # cannot be listed (permissions, a disk error) must not wipe what was indexed from it.
+    unseen: dict[str, list[str]] = defaultdict(list)
     for f in walk_all(settings):
+        if f.unlisted:
+            unseen[f.source].append("" if f.path == "./" else f.path)
         if f.shard in wanted:
             by_shard[f.shard].append(f)
     # The walk's name checks were for this walk (and the settle's before it): the stages after it need none.
     forget_name_checks()
-    # A source folder that is missing (an unmounted disk) must not wipe its rows from the index.
-    missing = {s.name: s.path for s in settings.sources if not s.path.is_dir()}
-    for name, path in missing.items():
-        shard = shard_of(name, "")
+    for s in settings.sources:
+        if s.path.is_dir():
+            continue
+        unseen[s.name].append("")
+        shard = shard_of(s.name, "")
         if shard in wanted:
-            by_shard[shard].append(DiscoveredFile(name, "", str(path), shard, 0, 0, 0, "failed", "source folder not found; its indexed rows are kept"))
+            why = "is not a folder" if s.path.exists() else "not found"
+            by_shard[shard].append(DiscoveredFile(s.name, "", str(s.path), shard, 0, 0, 0, "failed", f"source folder {why}; its indexed rows are kept"))
     for shard in shards:
         prev = {r["doc_id"]: r for r in data.read("source_files", shard, MANIFEST_SCHEMA).to_pylist()}
         state = {r["doc_id"]: r for r in data.read("memory_vectors", shard, INDEXED_STATE_SCHEMA, ".state").to_pylist()}
@@ -198,6 +206,10 @@ def discover(
                 orphans |= stale
         walked = by_shard.get(shard, [])
         rows = [manifest_row(f, prev.get(f.doc_id), state.get(f.doc_id), settings, force=force, fp=fp, counts=counts) for f in walked]
+        # A file under a folder not seen this time keeps its last record as well as its rows: not
+        # seen is not gone (coverage and the checks still count it, and nothing is indexed again).
+        seen = {f.doc_id for f in walked}
+        rows += [_kept(r, state.get(d), fp, counts) for d, r in prev.items() if d not in seen and r["path"] and _unseen(d, unseen)]
         # A file that fails keeps its last good rows; a path shown in place of a name (escaped or
         # redacted) keeps none: no file of that name is there now, so its rows are a gone file's
         # (a real ``caf\xe9.md`` deleted, the Latin-1 ``caf<E9>.md`` beside it is shown so again).
@@ -206,11 +218,30 @@ def discover(
         deletions = [
             {"doc_id": d, "source": d.partition(":")[0] if ":" in d else "", "path": d.partition(":")[2] if ":" in d else d}
             for d in sorted(set(state) | orphans)
-            if d not in present_ok and d.split(":", 1)[0] not in missing
+            if d not in present_ok and not _unseen(d, unseen)
         ]
         counts.files_deleted += len(deletions)
         data.write_rows(deletions, DELETIONS_SCHEMA, "source_files", shard, ".deletions")
         yield shard, frame_of(rows, MANIFEST_SCHEMA)
+
+
+def _unseen(doc: str, unseen: Mapping[str, list[str]]) -> bool:
+    """Whether a file's ``source:path`` lies under a folder that was not seen this run."""
+    source, _, path = doc.partition(":")
+    return any(folder == "" or path.startswith(folder) for folder in unseen.get(source, ()))
+
+
+def _kept(prev: dict, state: dict | None, fp: str, counts: DiscoverCounts) -> dict:
+    """The last record of a file under a folder that was not seen this run: unchanged when the
+    table holds that version, else failed (it cannot be read now)."""
+    row = dict(prev)
+    if row["status"] == "ok" and committed(row, state, fp):
+        row["action"] = "unchanged"
+        counts.files_unchanged += 1
+    elif row["status"] != "skipped":
+        row.update(status="failed", action="none", reason="its folder cannot be read now; the rows of its last indexed version are kept")
+        counts.files_failed += 1
+    return row
 
 
 def manifest_row(f: DiscoveredFile, prev: dict | None, state: dict | None, settings: Settings, *, force: bool, fp: str, counts: DiscoverCounts) -> dict:

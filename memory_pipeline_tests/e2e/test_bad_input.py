@@ -198,3 +198,73 @@ def test_the_rows_of_a_file_whose_name_a_shown_name_takes_over_are_removed_when_
     assert not [h for h in hits if "caf" in h["path"]], hits
     third = run_json("index", "--config", str(cfg), "--json")
     assert third["files_changed"] == 0 and third["files_deleted"] == 0 and third["rows_written"] == 0 and third["rows_deleted"] == 0, third
+
+
+def test_a_folder_that_cannot_be_listed_keeps_the_rows_of_its_files(tmp_path: Path):
+    """A folder this user cannot list (chmod 000, a disk error) was walked as empty: every file under
+    it counted as deleted and its rows went (the source folder itself unlistable: the whole table).
+    Its files are now kept as a missing source's are, the folder is reported with the real reason
+    (a double close of a descriptor had turned it into "Bad file descriptor"), and once it can be
+    listed again nothing is re-indexed."""
+    mem = tmp_path / "mem"
+    (mem / "sub").mkdir(parents=True)
+    (mem / "kiln.md").write_text("# Kiln\n\nThe kiln reached cone ten on the glaze firing.\n")
+    (mem / "sub" / "otter.md").write_text("# Otters\n\nThe river otter census counted forty animals.\n")
+    cfg = write_config(tmp_path / "memory_pipeline.yaml")
+    first = run_json("index", "--config", str(cfg), "--json")
+    assert first["table_rows"] == 2, first
+    for path in tmp_path.rglob("*"):  # the unprivileged child may read and write the rest
+        path.chmod(0o777 if path.is_dir() else 0o666)
+    tmp_path.chmod(0o777)
+    try:
+        for locked in (mem / "sub", mem):
+            locked.chmod(0)
+            run = run_json("index", "--config", str(cfg), "--json", honor_permissions=True)
+            locked.chmod(0o777)
+            assert run["files_deleted"] == 0 and run["rows_deleted"] == 0 and run["table_rows"] == 2, run
+            reasons = [e["reason"] for e in run["errors"]]
+            assert any("cannot list folder" in r and "Permission denied" in r for r in reasons), reasons
+            assert {r["path"] for r in table_rows(tmp_path / "index", columns=("path",))} == {"kiln.md", "sub/otter.md"}
+    finally:
+        for locked in (mem, mem / "sub"):
+            locked.chmod(0o777)
+    hits = run_json("search", "river otter census", "--config", str(cfg), "--json")["results"]
+    assert hits and hits[0]["path"].endswith("sub/otter.md"), hits[:2]
+    again = run_json("index", "--config", str(cfg), "--json")
+    assert again["chunks_embedded"] == 0 and again["rows_written"] == 0 and again["table_rows"] == 2, again
+
+
+def test_a_data_folder_inside_the_source_is_never_indexed(tmp_path: Path):
+    """``path: .`` with the default ``data_dir: data/index`` beside it (the quick start's layout): the
+    walk indexed the pipeline's own Parquet files, run records and table as notes, and every run
+    found its own writes changed. The data folder is not walked; the second run does nothing."""
+    mem = tmp_path / "agent"
+    mem.mkdir()
+    (mem / "kiln.md").write_text("# Kiln\n\nThe kiln reached cone ten on the glaze firing.\n")
+    cfg = write_config(mem / "memory_pipeline.yaml", data_dir="data/index", sources=[{"name": "agent", "path": "."}])
+    first = run_json("index", "--config", str(cfg), "--json")
+    second = run_json("index", "--config", str(cfg), "--json")
+    assert second["files_changed"] == 0 and second["rows_written"] == 0, second
+    assert second["files_seen"] == first["files_seen"] == 2, second  # the note and the config file
+    paths = {r["path"] for r in table_rows(mem / "data" / "index", columns=("path",))}
+    assert paths == {"kiln.md", "memory_pipeline.yaml"}, paths
+    scan = run_cli("scan", "--config", str(cfg))
+    assert scan.returncode == 0 and "data/index" not in scan.stdout, scan.stdout
+
+
+def test_a_missing_source_folder_keeps_its_rows_and_the_checks_pass(tmp_path: Path):
+    """An unmounted disk: the source folder is gone for a run. Its rows were kept, but the files had
+    no record, so the orphan check failed the run. Their last records are kept with them."""
+    mem = tmp_path / "mem"
+    mem.mkdir()
+    (mem / "kiln.md").write_text("# Kiln\n\nThe kiln reached cone ten on the glaze firing.\n")
+    cfg = write_config(tmp_path / "memory_pipeline.yaml")
+    assert run_json("index", "--config", str(cfg), "--json")["table_rows"] == 1
+    mem.rename(tmp_path / "unmounted")
+    away = run_json("index", "--config", str(cfg), "--json")
+    assert away["files_deleted"] == 0 and away["table_rows"] == 1, away
+    assert [e["reason"] for e in away["errors"]] == ["source folder not found; its indexed rows are kept"], away["errors"]
+    assert run_json("search", "kiln glaze firing", "--config", str(cfg), "--json")["results"]
+    (tmp_path / "unmounted").rename(mem)
+    back = run_json("index", "--config", str(cfg), "--json")
+    assert back["chunks_embedded"] == 0 and back["rows_written"] == 0 and back["errors"] == [], back

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 from pathlib import Path
@@ -355,3 +356,21 @@ def test_a_folder_whose_name_holds_a_secret_is_reported_once_and_never_shares_a_
     only_md = list(walk_source(SourceConfig(name="s", path=tmp_path, include=("**/*.md",), exclude=DEFAULT_EXCLUDE), 1000))
     assert len(only_md) == 3 and len([f for f in only_md if f.status == "failed"]) == 2, [(f.path, f.status) for f in only_md]
     assert len([f for f in walk() if f.status == "failed"]) == 3  # deep/b.txt is selected by the default globs
+
+
+def test_listing_a_folder_that_fails_gives_its_own_error_and_closes_each_descriptor_once(tmp_path: Path):
+    """``list_folder`` of a folder that cannot be reached: its descriptor walk had closed the root's
+    descriptor and then closed the same number again, so the error was EBADF ("Bad file descriptor")
+    instead of the real one, and in a process with other threads the second close could shut a
+    descriptor another thread had just been given."""
+    from memory_pipeline.safeio import list_folder
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "f.md").write_text("x")
+    before = len(os.listdir("/proc/self/fd"))
+    for missing in ("nope", "a/nope", "a/f.md"):
+        with pytest.raises(OSError) as info:
+            list_folder(tmp_path, missing)
+        assert info.value.errno in (errno.ENOENT, errno.ENOTDIR), (missing, info.value)
+    assert [name for name, _ in list_folder(tmp_path, "a")] == ["f.md"]
+    assert len(os.listdir("/proc/self/fd")) == before
