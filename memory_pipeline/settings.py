@@ -469,7 +469,10 @@ class Settings:
             for src in self.sources:
                 if os.path.realpath(src.path) == os.path.realpath(self.data_dir):
                     # Inside a source it is fine (the walk never enters it); as the source itself, the notes would live among the index's files.
-                    raise _bad(f"is the folder of source {_shown(src.name)}: give the index a folder of its own (inside it is fine, e.g. data_dir: {_shown(str(Path(src.path) / '.memory-index'), quote=False)})", sub=("data_dir",))
+                    raise _bad(
+                        f"is the folder of source {_shown(src.name)}: give the index a folder of its own (inside it is fine, e.g. data_dir: {_shown(str(Path(src.path) / '.memory-index'), quote=False)})",
+                        sub=("data_dir",),
+                    )
         if self.remote.batch.enabled and not self.cache.enabled:
             # Batch results wait in the cache until every file that needs them is written (and a resumed run finds them there).
             raise _bad("needs cache.enabled: true", sub=("remote", "batch", "enabled"))
