@@ -24,6 +24,9 @@ class UsageError(MemoryPipelineError):
     """A command line that cannot work as given (exit 2)."""
 
 
+INTERRUPTED = "interrupted; run the same command again to resume"
+
+
 def _settings(args):
     from memory_pipeline.settings import load_settings
 
@@ -39,17 +42,20 @@ def _print_json(obj) -> None:
 
 def cmd_index(args) -> int:
     from memory_pipeline import progress
-    from memory_pipeline.runner import run_index
-    from memory_pipeline.stages.hooks import NO_HOOKS
 
-    settings = _settings(args)
-    if not (args.json or args.quiet):
-        progress.set_listener(progress.StderrProgress())
+    settings = None
     try:
+        from memory_pipeline.runner import run_index
+        from memory_pipeline.stages.hooks import NO_HOOKS
+
+        settings = _settings(args)
+        if not (args.json or args.quiet):
+            progress.set_listener(progress.StderrProgress())
         summary = run_index(settings, force=args.force, hooks=getattr(args, "hooks", None) or NO_HOOKS)
-    except Exception as err:
+    except (Exception, KeyboardInterrupt) as err:
         if args.json:
-            # Agents parse stdout: a run that stops still says why, and which files failed so far.
+            # Agents parse stdout: a run that stops (or never starts: a bad config, Ctrl-C) still
+            # says why, and which files failed so far.
             _print_json(_failed_run(settings, err))
         raise
     finally:
@@ -88,13 +94,18 @@ def _refresh_runs(settings) -> None:
 
 
 def _failed_run(settings, err: BaseException) -> dict:
+    """``index --json``'s object for a run that stopped (``settings`` None: the config did not load)."""
     from memory_pipeline.discovery import SHARD_KEYS
     from memory_pipeline.stages.report import run_errors
 
-    try:
-        errors = run_errors(settings, SHARD_KEYS)
-    except Exception:  # noqa: BLE001 - the records themselves may be what failed
-        errors = []
+    errors = []
+    if settings is not None:
+        try:
+            errors = run_errors(settings, SHARD_KEYS)
+        except Exception:  # noqa: BLE001 - the records themselves may be what failed
+            pass
+    if isinstance(err, KeyboardInterrupt):
+        return {"ok": False, "interrupted": True, "error": INTERRUPTED, "hint": "", "skipped_run": False, "errors": errors}
     if isinstance(err, MemoryPipelineError):
         message = str(err)
     elif isinstance(err, OSError):
@@ -851,7 +862,7 @@ def main(argv: list[str] | None = None, *, hooks=None) -> int:
         print(f"[ERROR] {shown(err)}{shown(hint)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print("[ERROR] interrupted; run the same command again to resume", file=sys.stderr)
+        print(f"[ERROR] {INTERRUPTED}", file=sys.stderr)
         return 130
     except BrokenPipeError:
         # The reader (`| head`) went away: not an error of ours; keep Python from complaining at exit.

@@ -238,10 +238,31 @@ def _materialize(settings: Settings, force: bool, home: Path, hooks: StageHooks,
         raise _failure(result, results)
 
 
-def _failure(result, results: RunResults) -> MemoryPipelineError:
-    """The error of a failed run, for the user: our own error as itself (with its hint), else what failed."""
+# What Dagster makes of Ctrl-C or SIGTERM during a step (it maps SIGTERM to SIGINT while it runs).
+_INTERRUPTIONS = frozenset({"DagsterExecutionInterruptedError", "KeyboardInterrupt"})
+
+
+def _interrupted(result) -> bool:
+    """Whether the run stopped because the process was interrupted: an event of the run (a step's
+    failure, the run's own) carries Dagster's interruption error, here or as the cause of another."""
+    for event in result.all_events:
+        error = getattr(event.event_specific_data, "error", None)
+        for _ in range(10):  # bounded: a cause chain is short
+            if error is None:
+                break
+            if getattr(error, "cls_name", None) in _INTERRUPTIONS:
+                return True
+            error = getattr(error, "cause", None) or getattr(error, "context", None)
+    return False
+
+
+def _failure(result, results: RunResults) -> BaseException:
+    """The error of a failed run, for the user: an interruption as ``KeyboardInterrupt`` (the run
+    resumes when started again), our own error as itself (with its hint), else what failed."""
     from memory_pipeline.defs.checks import CHECKS
 
+    if _interrupted(result):
+        return KeyboardInterrupt("the index run was interrupted")
     err = results.error
     if isinstance(err, MemoryPipelineError):
         return err

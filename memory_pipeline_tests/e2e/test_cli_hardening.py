@@ -1,0 +1,122 @@
+"""The `memory` command under conditions a user meets: Ctrl-C or SIGTERM in the middle of a run,
+a missing config with ``--json``, out-of-range search options, dates at the calendar's ends, a
+query that is not UTF-8, a read-only data folder, a full disk, a missing source folder, an output
+that cannot be written. Each gets one clear line and a meaningful exit status, never a traceback
+or "a bug"."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from memory_pipeline_tests.conftest import REPO, SAMPLE, TEXT_ONLY, write_config
+from memory_pipeline_tests.helpers import run_cli, run_json
+
+# `memory` with a stage hook that sends this process a signal at a named point of the run
+# (inside Dagster's step): the real CLI, the real signal, Dagster's own handling of it.
+SIGNAL_AT = """
+import os, signal, sys
+from dataclasses import dataclass
+from memory_pipeline.cli import exit_process, main
+from memory_pipeline.stages.hooks import StageHooks
+
+@dataclass(frozen=True)
+class SignalAt(StageHooks):
+    point: str = ""
+    signum: int = 0
+
+    def at(self, point):
+        if point == self.point:
+            os.kill(os.getpid(), self.signum)
+
+point, signum, *argv = sys.argv[1:]
+exit_process(main(argv, hooks=SignalAt(point=point, signum=int(signum))))
+"""
+
+# `memory` that receives SIGINT once its config is loaded, before any Dagster run starts.
+SIGINT_BEFORE_RUN = """
+import os, signal, sys
+import memory_pipeline.settings as settings
+from memory_pipeline.cli import exit_process, main
+
+load = settings.load_settings
+
+def load_then_interrupt(*args, **kwargs):
+    loaded = load(*args, **kwargs)
+    os.kill(os.getpid(), signal.SIGINT)
+    return loaded
+
+settings.load_settings = load_then_interrupt
+exit_process(main(sys.argv[1:]))
+"""
+
+
+def _python(script: str, *argv: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "DAGSTER_DISABLE_TELEMETRY": "1"}
+    return subprocess.run([sys.executable, "-c", script, *argv], capture_output=True, text=True, env=env, cwd=str(REPO), timeout=timeout)
+
+
+def _sample(root: Path) -> Path:
+    shutil.copytree(SAMPLE, root / "mem", ignore=TEXT_ONLY)
+    return write_config(root / "memory_pipeline.yaml")
+
+
+def _one_line_error(stderr: str) -> str:
+    lines = [ln for ln in stderr.splitlines() if ln.strip()]
+    assert "Traceback" not in stderr and "a bug" not in stderr, stderr[-3000:]
+    assert len(lines) == 1 and lines[0].startswith("[ERROR] "), stderr[-3000:]
+    return lines[0]
+
+
+# --- 1. an interruption inside the Dagster run ---------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_during_the_dagster_run_exits_130_and_the_next_run_resumes(tmp_path: Path, signum: int):
+    cfg = _sample(tmp_path)
+    proc = _python(SIGNAL_AT, "write_after_first_commit", str(int(signum)), "index", "--config", str(cfg), "--json")
+    assert proc.returncode == 130, (proc.returncode, proc.stdout, proc.stderr[-3000:])
+    assert _one_line_error(proc.stderr) == "[ERROR] interrupted; run the same command again to resume"
+    out = json.loads(proc.stdout)
+    assert out["ok"] is False and out["interrupted"] is True, out
+    assert out["error"] == "interrupted; run the same command again to resume", out
+
+    again = run_json("index", "--config", str(cfg), "--json")
+    assert again["ok"] is True and again["table_rows"] > 0
+
+
+# --- 2. `index --json` prints one object whatever stops it ---------------------------------
+
+
+def test_index_json_with_a_missing_config_prints_one_object(tmp_path: Path):
+    proc = run_cli("index", "--config", str(tmp_path / "nonexistent.yaml"), "--json")
+    assert proc.returncode == 1, proc.stderr
+    line = _one_line_error(proc.stderr)
+    out = json.loads(proc.stdout)
+    assert out["ok"] is False and "nonexistent.yaml" in out["error"] and out["errors"] == [], out
+    assert out["error"] in line
+
+
+@pytest.mark.slow
+def test_index_json_interrupted_before_the_run_prints_one_object(tmp_path: Path):
+    cfg = _sample(tmp_path)
+    proc = _python(SIGINT_BEFORE_RUN, "index", "--config", str(cfg), "--json")
+    assert proc.returncode == 130, (proc.stdout, proc.stderr[-3000:])
+    assert _one_line_error(proc.stderr) == "[ERROR] interrupted; run the same command again to resume"
+    out = json.loads(proc.stdout)
+    assert out == {
+        "ok": False,
+        "interrupted": True,
+        "error": "interrupted; run the same command again to resume",
+        "hint": "",
+        "skipped_run": False,
+        "errors": [],
+    }
