@@ -131,7 +131,20 @@ def _result_types(value: str) -> list[str]:
     return types
 
 
+def _check_utf8(what: str, value: str | None) -> None:
+    """A command-line argument that was not UTF-8 (Python keeps each bad byte as a lone surrogate,
+    U+DC80..U+DCFF): a usage error naming the byte, before it reaches the tokenizer or LanceDB."""
+    for at, char in enumerate(value or ""):
+        if "\ud800" <= char <= "\udfff":
+            byte = f"byte 0x{ord(char) - 0xDC00:02x}" if char >= "\udc80" else f"U+{ord(char):04X}"
+            raise UsageError(f"{what} is not valid UTF-8 ({byte} at character {at + 1}): set the terminal to UTF-8 and type it again")
+
+
 def cmd_search(args) -> int:
+    for what, value in (("the query", args.query), ("--source", args.source), ("--path", args.path), *(("--modality", m) for m in args.modality or ())):
+        _check_utf8(what, value)
+    if args.since and args.until and args.since > args.until:
+        raise UsageError(f"--since {args.since} is after --until {args.until}: no date is in that range")
     if not args.no_server:
         from memory_pipeline.service.client import remote_search
 
@@ -585,6 +598,23 @@ def _print_rows(rows: list[dict], width: int = 60) -> None:
 # --- entry point -------------------------------------------------------------------------
 
 
+def _in_range(kind: type, low: float, high: float):
+    """An argparse type: a number of ``kind`` from ``low`` to ``high`` (the bounds of the config and
+    of the HTTP API's search options; NaN is in no range)."""
+
+    def parse(value: str):
+        try:
+            number = kind(value)
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(f"not {'a whole number' if kind is int else 'a number'}: {value!r}") from err
+        if not low <= number <= high:
+            raise argparse.ArgumentTypeError(f"must be from {low} to {high}, got {value!r}")
+        return number
+
+    parse.__name__ = kind.__name__  # argparse names the type in its messages
+    return parse
+
+
 def _iso_date(value: str):
     import datetime as dt
 
@@ -639,9 +669,19 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="TYPE[,TYPE]",
         help="only results of these types: image, audio, video, pdf, document (includes pdf), text; repeatable or comma-separated, e.g. --type image,audio",
     )
-    p.add_argument("--max-results", type=int, default=None, metavar="N", help="return at most N results (default: query.max_results), e.g. --max-results 5")
     p.add_argument(
-        "--min-score", type=float, default=None, metavar="SCORE", help="drop results scoring below SCORE (default: query.min_score), e.g. --min-score 0.3"
+        "--max-results",
+        type=_in_range(int, 1, 200),
+        default=None,
+        metavar="N",
+        help="return at most N results (default: query.max_results), e.g. --max-results 5",
+    )
+    p.add_argument(
+        "--min-score",
+        type=_in_range(float, 0, 1),
+        default=None,
+        metavar="SCORE",
+        help="drop results scoring below SCORE (default: query.min_score), e.g. --min-score 0.3",
     )
     p.add_argument(
         "--mode",
@@ -656,10 +696,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--since", type=_iso_date, metavar="DATE", help="only notes dated on or after DATE (file-name date, else mtime), e.g. --since 2026-11-01")
     p.add_argument("--until", type=_iso_date, metavar="DATE", help="only notes dated on or before DATE, e.g. --until 2026-11-30")
     p.add_argument("--mmr", action=argparse.BooleanOptionalAction, default=None, help="diversify results (default: query.mmr), e.g. --mmr or --no-mmr")
-    p.add_argument("--mmr-lambda", type=float, default=None, metavar="X", help="MMR trade-off: 1 = relevance only, 0 = diversity only, e.g. --mmr-lambda 0.7")
+    p.add_argument(
+        "--mmr-lambda",
+        type=_in_range(float, 0, 1),
+        default=None,
+        metavar="X",
+        help="MMR trade-off: 1 = relevance only, 0 = diversity only, e.g. --mmr-lambda 0.7",
+    )
     p.add_argument(
         "--recency-half-life",
-        type=float,
+        type=_in_range(float, 0, 36500),
         default=None,
         metavar="DAYS",
         help="dated notes lose half their score every DAYS (0 = off), e.g. --recency-half-life 30",

@@ -70,9 +70,9 @@ def date_range_sql(since: date | None, until: date | None) -> str:
     mtime = []
     if since:
         mtime.append(f"created_at >= TIMESTAMP '{since.isoformat()} 00:00:00'")
-    if until:
+    if until and until < date.max:  # the calendar's last day has no day after it: no upper bound
         mtime.append(f"created_at < TIMESTAMP '{(until + timedelta(days=1)).isoformat()} 00:00:00'")
-    return f"(regexp_like(path, {sql_str(in_range)})) OR (NOT regexp_like(path, {sql_str(dated)}) AND {' AND '.join(mtime)})"
+    return f"(regexp_like(path, {sql_str(in_range)})) OR (NOT regexp_like(path, {sql_str(dated)}) AND {' AND '.join(mtime) or 'TRUE'})"
 
 
 def date_range_regex(lo: date, hi: date) -> list[str]:

@@ -120,3 +120,71 @@ def test_index_json_interrupted_before_the_run_prints_one_object(tmp_path: Path)
         "skipped_run": False,
         "errors": [],
     }
+
+
+# --- 3-5. search options, dates and query text -------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def indexed(tmp_path_factory) -> Path:
+    """The sample's text part, indexed once; the config's path."""
+    cfg = _sample(tmp_path_factory.mktemp("indexed"))
+    run_json("index", "--config", str(cfg), "--json")
+    return cfg
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("--max-results", "-1"),
+        ("--max-results", "0"),
+        ("--max-results", "201"),
+        ("--max-results", "99999999999999999999"),
+        ("--max-results", "2.5"),
+        ("--min-score", "2"),
+        ("--min-score", "-0.1"),
+        ("--min-score", "nan"),
+        ("--mmr-lambda", "-3"),
+        ("--mmr-lambda", "5"),
+        ("--recency-half-life", "-5"),
+        ("--recency-half-life", "nan"),
+        ("--recency-half-life", "inf"),
+    ],
+)
+def test_a_search_option_out_of_the_apis_bounds_is_a_usage_error(tmp_path: Path, option: str, value: str):
+    cfg = write_config(tmp_path / "memory_pipeline.yaml")  # never read: the command line is refused first
+    proc = run_cli("search", "standup", "--config", str(cfg), "--no-server", option, value)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert proc.stdout == "" and f"argument {option}:" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_an_empty_date_range_is_a_usage_error_without_the_config_hint(tmp_path: Path):
+    cfg = write_config(tmp_path / "memory_pipeline.yaml")
+    proc = run_cli("search", "standup", "--config", str(cfg), "--no-server", "--since", "2026-10-05", "--until", "2026-10-01")
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert proc.stderr.strip() == "memory search: error: --since 2026-10-05 is after --until 2026-10-01: no date is in that range"
+
+
+@pytest.mark.slow
+def test_the_calendars_first_and_last_days_are_open_ends(indexed: Path):
+    def paths(*options: str) -> list[str]:
+        out = run_json("search", "Dana Whitfield Parcelwise", "--config", str(indexed), "--no-server", "--json", "--min-score", "0", *options)
+        return [Path(r["path"]).name for r in out["results"]]
+
+    everything = paths()
+    assert "MEMORY.md" in everything  # dated by its mtime: the mtime leg of the filter
+    assert paths("--until", "9999-12-31") == everything
+    assert paths("--since", "0001-01-01", "--until", "9999-12-31") == everything
+    assert paths("--since", "9999-12-31") == []
+    assert paths("--until", "0001-01-01") == []
+
+
+@pytest.mark.parametrize(("arg", "byte"), [(b"LanceDB\xff", "0xff"), (b"caf\xe9", "0xe9")])
+def test_a_query_that_is_not_utf8_is_a_usage_error_naming_the_byte(tmp_path: Path, arg: bytes, byte: str):
+    cfg = write_config(tmp_path / "memory_pipeline.yaml")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
+    argv = [sys.executable.encode(), b"-m", b"memory_pipeline.cli", b"search", arg, b"--config", str(cfg).encode(), b"--no-server"]
+    proc = subprocess.run(argv, capture_output=True, env=env, cwd=str(REPO), timeout=300)
+    err = proc.stderr.decode()
+    assert proc.returncode == 2, err
+    assert err.startswith("memory search: error: the query is not valid UTF-8 (byte " + byte) and len(err.splitlines()) == 1, err
