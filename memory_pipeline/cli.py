@@ -33,8 +33,29 @@ def _settings(args):
     return load_settings(args.config)
 
 
+class OutputFailed(Exception):
+    """Standard output cannot be written (closed, a full disk, an I/O error): exit 120, as
+    Python's own exit gives for output it cannot flush."""
+
+
 def _print_json(obj) -> None:
-    sys.stdout.write(json.dumps(obj, indent=2, ensure_ascii=False, default=str) + "\n")
+    text = json.dumps(obj, indent=2, ensure_ascii=False, default=str) + "\n"
+    if sys.stdout is None:  # the process was started with stdout closed (`>&-`)
+        raise OutputFailed("standard output is closed")
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()  # now, so that a failure is told apart from one of the data folder's disk
+    except BrokenPipeError:
+        raise
+    except OSError as err:
+        raise OutputFailed(err) from err
+
+
+def _drop_output() -> None:
+    """Send what is left for stdout nowhere: it cannot be written, and the exit would try again."""
+    if sys.stdout is not None:
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 # --- index -------------------------------------------------------------------------------
@@ -903,6 +924,10 @@ def main(argv: list[str] | None = None, *, hooks=None) -> int:
     except UsageError as err:
         print(f"memory {args.command}: error: {err}", file=sys.stderr)
         return 2
+    except OutputFailed as err:
+        _drop_output()
+        print(f"[ERROR] could not write the output: {err}", file=sys.stderr)
+        return 120
     except MemoryPipelineError as err:
         hint = f" ({err.hint})" if err.hint else ""
         print(f"[ERROR] {shown(err)}{shown(hint)}", file=sys.stderr)

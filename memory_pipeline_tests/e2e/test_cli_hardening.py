@@ -188,3 +188,25 @@ def test_a_query_that_is_not_utf8_is_a_usage_error_naming_the_byte(tmp_path: Pat
     err = proc.stderr.decode()
     assert proc.returncode == 2, err
     assert err.startswith("memory search: error: the query is not valid UTF-8 (byte " + byte) and len(err.splitlines()) == 1, err
+
+
+# --- 9. an output that cannot be written ---------------------------------------------------
+
+
+@pytest.mark.parametrize("stdout", ["closed", "/dev/full"])
+def test_json_to_an_output_that_cannot_be_written_exits_120_with_one_line(tmp_path: Path, stdout: str):
+    (tmp_path / "mem").mkdir()
+    (tmp_path / "mem" / "note.md").write_text("# A note\n\nSomething to scan.\n")
+    cfg = write_config(tmp_path / "memory_pipeline.yaml")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
+    argv = [sys.executable, "-m", "memory_pipeline.cli", "scan", "--config", str(cfg), "--json"]
+    if stdout == "closed":
+        # The child's descriptor 1 closed, as the shell's `>&-` leaves it.
+        proc = subprocess.run(["/bin/sh", "-c", 'exec "$@" >&-', "sh", *argv], stderr=subprocess.PIPE, text=True, env=env, cwd=str(REPO), timeout=300)
+        said = "standard output is closed"
+    else:
+        with open("/dev/full", "w") as full:
+            proc = subprocess.run(argv, stdout=full, stderr=subprocess.PIPE, text=True, env=env, cwd=str(REPO), timeout=300)
+        said = "No space left on device"
+    assert proc.returncode == 120, proc.stderr
+    assert _one_line_error(proc.stderr).startswith("[ERROR] could not write the output: ") and said in proc.stderr, proc.stderr
