@@ -11,6 +11,7 @@ import argparse
 import contextlib
 import json
 import os
+import sqlite3
 import sys
 from collections import Counter
 from collections.abc import Iterator
@@ -381,7 +382,7 @@ def cmd_status(args) -> int:
     from memory_pipeline.models import INDEXED_STATE_SCHEMA, MANIFEST_SCHEMA
     from memory_pipeline.providers.registry import resolve_provider
     from memory_pipeline.runner import last_run
-    from memory_pipeline.stores.cache import EmbeddingCache
+    from memory_pipeline.stores.cache import entries as cache_size
     from memory_pipeline.stores.lance import VectorStore
 
     settings = _settings(args)
@@ -413,11 +414,12 @@ def cmd_status(args) -> int:
             entry = per_source.setdefault(src, {"files": 0, "indexed_files": 0, "chunks": 0})
             entry["indexed_files"] += 1
             entry["chunks"] += row["chunks"]
-    cache_entries = 0
+    cache_entries, cache_error = 0, ""
     if storage.of(settings).cache_path.is_file():
-        cache = EmbeddingCache(storage.of(settings).cache_path, settings.cache.max_entries)
-        cache_entries = len(cache)
-        cache.close()
+        try:  # read only: status also reports a data folder this user cannot write
+            cache_entries = cache_size(storage.of(settings).cache_path)
+        except sqlite3.Error as err:  # the rest of the status still helps; `memory doctor` says what to do
+            cache_error = f"cannot read the cache: {err}"
     table = store.open()
     data = storage.of(settings)
     status = {
@@ -440,6 +442,7 @@ def cmd_status(args) -> int:
             "entries": cache_entries,
             "max_entries": settings.cache.max_entries,
             "path": str(storage.of(settings).cache_path),
+            **({"error": cache_error} if cache_error else {}),
         },
         "last_run": last_run(settings),
         "batch": batch_status(settings),
@@ -465,7 +468,7 @@ def cmd_status(args) -> int:
     for name, s in per_source.items():
         print(f"source:   {name}: {s['files']} files seen, {s['indexed_files']} indexed, {s['chunks']} chunks")
     c = status["cache"]
-    print(f"cache:    {c['entries']} / {c['max_entries']} entries ({'on' if c['enabled'] else 'off'})")
+    print(f"cache:    {c['entries']} / {c['max_entries']} entries ({'on' if c['enabled'] else 'off'})" + (f"; {c['error']}" if cache_error else ""))
     lr = status["last_run"]
     print(f"last run: {lr['finished_at']} ({lr['files_changed']} changed, {lr['errors']} errors)" if lr else "last run: never")
     _print_batch_status(status["batch"])

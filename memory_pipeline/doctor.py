@@ -153,18 +153,28 @@ def _table(settings: Settings) -> list[dict]:
 def _cache(settings: Settings) -> dict:
     if not settings.cache.enabled:
         return _check("cache", "ok", "disabled (cache.enabled: false)")
+    from memory_pipeline.stores.cache import damaged, open_readonly
+
     path = storage.of(settings).cache_path
-    if not path.is_file():
-        return _check("cache", "ok", f"empty (created by the first index run at {path})")
     try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
+        if not path.is_file():
+            return _check("cache", "ok", f"empty (created by the first index run at {path})")
+    except OSError as err:  # a folder on the way this user cannot enter
+        return _check("cache", "fail", f"{path}: {err.strerror or err}", f"check the permissions of {path.parent} and the folders above it")
+    try:
+        conn = open_readonly(path)
         try:
             ok = conn.execute("PRAGMA quick_check").fetchone()[0]
             entries = conn.execute("SELECT COUNT(*) FROM embeddings").fetchone()[0]
         finally:
             conn.close()
     except sqlite3.Error as err:
-        return _check("cache", "fail", f"{path}: {err}", "delete the file: vectors are recomputed on the next run")
+        if damaged(err):
+            return _check("cache", "fail", f"{path}: {err}", "delete the file: vectors are recomputed on the next run")
+        # Locked, unreadable, a failing disk: the cache may be fine; deleting it would not help.
+        return _check(
+            "cache", "fail", f"{path}: {err}", f"check the permissions and the disk of {path.parent}, and that no other process holds the file locked"
+        )
     if ok != "ok":
         return _check("cache", "fail", f"{path}: integrity check says {ok}", "delete the file: vectors are recomputed on the next run")
     status = "warn" if entries > settings.cache.max_entries else "ok"

@@ -12,6 +12,7 @@ import logging
 import os
 import sqlite3
 import time
+import urllib.parse
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -25,6 +26,42 @@ log = logging.getLogger("memory_pipeline")
 
 def cache_key(provider: str, model: str, provider_key: str, dims: int, content_hash: str) -> str:
     return hashlib.sha256(f"{provider}\0{model}\0{provider_key}\0{dims}\0{content_hash}".encode()).hexdigest()
+
+
+# SQLite's primary result codes (``sqlite3.Error.sqlite_errorcode & 0xFF``) that mean the file
+# itself is damaged or is no database: only then is deleting the cache the fix.
+SQLITE_CORRUPT, SQLITE_NOTADB = 11, 26
+SQLITE_READONLY, SQLITE_CANTOPEN = 8, 14
+
+
+def damaged(err: sqlite3.Error) -> bool:
+    """Whether ``err`` says the cache file is damaged (not locked, read-only or unreachable)."""
+    return (getattr(err, "sqlite_errorcode", 0) & 0xFF) in (SQLITE_CORRUPT, SQLITE_NOTADB)
+
+
+def open_readonly(path: Path) -> sqlite3.Connection:
+    """The cache for reading only (`memory status`, `memory doctor`): it writes nothing, not even
+    the WAL's shared-memory file, so it opens in a data folder this user cannot write. There the
+    file is read as it is on disk (SQLite's ``immutable``): no writer can be at work in that folder."""
+    uri = "file:" + urllib.parse.quote(str(path))
+    conn = sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=10)
+    try:
+        conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+        return conn
+    except sqlite3.OperationalError as err:
+        conn.close()
+        if (err.sqlite_errorcode & 0xFF) not in (SQLITE_READONLY, SQLITE_CANTOPEN):
+            raise
+    return sqlite3.connect(f"{uri}?mode=ro&immutable=1", uri=True, timeout=10)
+
+
+def entries(path: Path) -> int:
+    """How many vectors the cache at ``path`` holds, read only."""
+    conn = open_readonly(path)
+    try:
+        return int(conn.execute("SELECT COUNT(*) FROM embeddings").fetchone()[0])
+    finally:
+        conn.close()
 
 
 class EmbeddingCache:

@@ -210,3 +210,63 @@ def test_json_to_an_output_that_cannot_be_written_exits_120_with_one_line(tmp_pa
         said = "No space left on device"
     assert proc.returncode == 120, proc.stderr
     assert _one_line_error(proc.stderr).startswith("[ERROR] could not write the output: ") and said in proc.stderr, proc.stderr
+
+
+# --- 6. a data folder this user cannot write, or cannot enter ------------------------------
+
+
+def _read_only_tree(root: Path) -> None:
+    for path in [root, *root.rglob("*")]:
+        path.chmod(path.stat().st_mode & ~0o222)
+
+
+def _writable_tree(root: Path) -> None:
+    for path in [root, *root.rglob("*")]:
+        path.chmod(path.stat().st_mode | 0o200)
+
+
+@pytest.mark.slow
+def test_status_and_doctor_report_a_read_only_data_folder(indexed: Path, tmp_path: Path):
+    shutil.copytree(indexed.parent, tmp_path / "copy")
+    cfg, data = tmp_path / "copy" / indexed.name, tmp_path / "copy" / "index"
+    _read_only_tree(data)  # `chmod -R a-w`; the child runs without root's override of file permissions
+    try:
+        proc = run_cli("status", "--config", str(cfg), "--json", honor_permissions=True)
+        assert proc.returncode == 0, proc.stderr
+        status = json.loads(proc.stdout)
+        assert status["cache"]["entries"] > 0 and "error" not in status["cache"], status["cache"]
+        assert status["table"]["rows"] > 0
+
+        proc = run_cli("doctor", "--config", str(cfg), "--json", honor_permissions=True)
+        [cache] = [c for c in json.loads(proc.stdout)["checks"] if c["name"] == "cache"]
+        assert cache["status"] == "ok" and str(status["cache"]["entries"]) in cache["detail"], cache
+    finally:
+        _writable_tree(data)
+
+
+def test_doctor_reports_a_data_folder_it_cannot_enter_as_a_failed_check(tmp_path: Path):
+    (tmp_path / "mem").mkdir()
+    (tmp_path / "locked" / "index" / "cache").mkdir(parents=True)
+    (tmp_path / "locked" / "index" / "cache" / "embeddings.sqlite").write_bytes(b"")
+    cfg = write_config(tmp_path / "memory_pipeline.yaml", data_dir="locked/index", provider="none")
+    (tmp_path / "locked").chmod(0)
+    try:
+        proc = run_cli("doctor", "--config", str(cfg), "--json", honor_permissions=True)
+    finally:
+        (tmp_path / "locked").chmod(0o755)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    checks = {c["name"]: c for c in json.loads(proc.stdout)["checks"]}
+    assert checks["config"]["status"] == "ok"  # the other checks ran
+    cache = checks["cache"]
+    assert cache["status"] == "fail" and "Permission denied" in cache["detail"], cache
+    assert "check the permissions" in cache["fix"] and "delete" not in cache["fix"], cache
+
+
+def test_doctor_advises_deleting_only_a_damaged_cache(tmp_path: Path):
+    (tmp_path / "mem").mkdir()
+    (tmp_path / "index" / "cache").mkdir(parents=True)
+    (tmp_path / "index" / "cache" / "embeddings.sqlite").write_bytes(b"this is not a database, only text" * 200)
+    cfg = write_config(tmp_path / "memory_pipeline.yaml", provider="none")
+    proc = run_cli("doctor", "--config", str(cfg), "--json")
+    [cache] = [c for c in json.loads(proc.stdout)["checks"] if c["name"] == "cache"]
+    assert cache["status"] == "fail" and cache["fix"].startswith("delete the file"), cache
