@@ -31,7 +31,8 @@ INTERRUPTED = "interrupted; run the same command again to resume"
 def _settings(args):
     from memory_pipeline.settings import load_settings
 
-    return load_settings(args.config)
+    args.loaded_settings = load_settings(args.config)  # main names its data folder if its disk fails
+    return args.loaded_settings
 
 
 class OutputFailed(Exception):
@@ -128,8 +129,12 @@ def _failed_run(settings, err: BaseException) -> dict:
             pass
     if isinstance(err, KeyboardInterrupt):
         return {"ok": False, "interrupted": True, "error": INTERRUPTED, "hint": "", "skipped_run": False, "errors": errors}
+    from memory_pipeline.stores.cache import disk_failure
+
     if isinstance(err, MemoryPipelineError):
         message = str(err)
+    elif disk_failure(err) is not None:
+        message = _disk_failed(settings, disk_failure(err))
     elif isinstance(err, OSError):
         from memory_pipeline.storage import one_line
 
@@ -953,11 +958,25 @@ def main(argv: list[str] | None = None, *, hooks=None) -> int:
         )
         return 1
     except Exception as err:  # noqa: BLE001 - a bug of ours: one line, never a traceback
+        from memory_pipeline.stores.cache import disk_failure
+
+        disk = disk_failure(err)
+        if disk is not None:  # a SQLite file of the data folder (Dagster's instance, the cache): not a bug
+            print(f"[ERROR] {shown(_disk_failed(getattr(args, 'loaded_settings', None), disk))}", file=sys.stderr)
+            return 1
         print(
             f"[ERROR] unexpected error: {type(err).__name__}: {shown(err)} (a bug in memory_pipeline: please report it with the command you ran)",
             file=sys.stderr,
         )
         return 1
+
+
+def _disk_failed(settings, err: BaseException) -> str:
+    """One line for a disk that is full or failing under the data folder (its local part)."""
+    from memory_pipeline import storage
+
+    folder = f"the data folder {storage.of(settings).root}" if settings is not None else "the data folder"
+    return f"the disk of {folder} is full or failing ({err}): free space on it or check the disk, then run the same command again"
 
 
 def run() -> NoReturn:

@@ -32,11 +32,29 @@ def cache_key(provider: str, model: str, provider_key: str, dims: int, content_h
 # itself is damaged or is no database: only then is deleting the cache the fix.
 SQLITE_CORRUPT, SQLITE_NOTADB = 11, 26
 SQLITE_READONLY, SQLITE_CANTOPEN = 8, 14
+SQLITE_IOERR, SQLITE_FULL = 10, 13
 
 
 def damaged(err: sqlite3.Error) -> bool:
     """Whether ``err`` says the cache file is damaged (not locked, read-only or unreachable)."""
     return (getattr(err, "sqlite_errorcode", 0) & 0xFF) in (SQLITE_CORRUPT, SQLITE_NOTADB)
+
+
+def disk_failure(err: BaseException) -> sqlite3.Error | None:
+    """The SQLite error under ``err`` (itself, its cause or context, or what SQLAlchemy wrapped:
+    Dagster's instance is SQLite too) that says the disk is full or failing; None if there is none."""
+    seen: set[int] = set()
+    stack: list[BaseException | None] = [err]
+    while stack:
+        e = stack.pop()
+        if e is None or id(e) in seen or len(seen) > 20:  # bounded: a chain is short
+            continue
+        seen.add(id(e))
+        if isinstance(e, sqlite3.Error) and (getattr(e, "sqlite_errorcode", 0) & 0xFF) in (SQLITE_IOERR, SQLITE_FULL):
+            return e
+        orig = getattr(e, "orig", None)  # sqlalchemy.exc.DBAPIError
+        stack += [e.__cause__, e.__context__, orig if isinstance(orig, BaseException) else None]
+    return None
 
 
 def open_readonly(path: Path) -> sqlite3.Connection:

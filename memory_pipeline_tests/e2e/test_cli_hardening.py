@@ -270,3 +270,34 @@ def test_doctor_advises_deleting_only_a_damaged_cache(tmp_path: Path):
     proc = run_cli("doctor", "--config", str(cfg), "--json")
     [cache] = [c for c in json.loads(proc.stdout)["checks"] if c["name"] == "cache"]
     assert cache["status"] == "fail" and cache["fix"].startswith("delete the file"), cache
+
+
+# --- 7. a full disk ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def tiny_disk(tmp_path: Path):
+    """A real 600 KiB file system (tmpfs): the sample's index does not fit on it."""
+    mount = tmp_path / "tiny"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=600k", "tmpfs", str(mount)], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+@pytest.mark.slow
+def test_a_full_disk_says_so_naming_the_data_folder(tmp_path: Path, tiny_disk: Path):
+    shutil.copytree(SAMPLE, tmp_path / "mem", ignore=TEXT_ONLY)
+    cfg = write_config(tmp_path / "memory_pipeline.yaml", data_dir=str(tiny_disk / "index"))
+    proc = run_cli("index", "--config", str(cfg), "--json")
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "a bug" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("[ERROR] ") and str(tiny_disk) in last, last
+    assert "is full or failing" in last or "No space left on device" in last, last
+    out = json.loads(proc.stdout)
+    assert out["ok"] is False and out["error"] in last, out
