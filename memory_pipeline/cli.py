@@ -360,8 +360,16 @@ def cmd_scan(args) -> int:
     n_text = sum(1 for f in ok if f["modality"] in INDEXED_MODALITIES)
     n_media = sum(1 for f in ok if f["modality"] in MEDIA_MODALITIES)
     problems = [f for f in files if f["status"] != "ok"]
+    # A source folder that is not there (an unmounted disk, a typo) holds nothing: say so, or "Found 0" misleads.
+    missing = [
+        {"source": src.name, "path": str(src.path), "reason": "is not a folder" if src.path.exists() else "not found"}
+        for src in settings.sources
+        if not src.path.is_dir()
+    ]
+    for m in missing:
+        print(f"[WARN] source {shown(m['source'])}: {shown(m['path'])} {m['reason']}: nothing scanned there", file=sys.stderr)
     if args.json:
-        _print_json({"files": files, "text_files": n_text, "media_files": n_media, "to_index": len(ok), "skipped": len(problems)})
+        _print_json({"files": files, "text_files": n_text, "media_files": n_media, "to_index": len(ok), "skipped": len(problems), "missing_sources": missing})
         return 0
     if args.verbose:
         for f in files:

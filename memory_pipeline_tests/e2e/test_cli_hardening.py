@@ -301,3 +301,26 @@ def test_a_full_disk_says_so_naming_the_data_folder(tmp_path: Path, tiny_disk: P
     assert "is full or failing" in last or "No space left on device" in last, last
     out = json.loads(proc.stdout)
     assert out["ok"] is False and out["error"] in last, out
+
+
+# --- 8. a source folder that is not there --------------------------------------------------
+
+
+def test_scan_warns_about_a_source_folder_that_is_missing_or_a_file(tmp_path: Path):
+    (tmp_path / "mem").mkdir()
+    (tmp_path / "mem" / "note.md").write_text("# A note\n\nSomething to scan.\n")
+    (tmp_path / "afile").write_text("not a folder\n")
+    sources = [{"name": "mem", "path": "mem"}, {"name": "gone", "path": "unmounted"}, {"name": "file", "path": "afile"}]
+    cfg = write_config(tmp_path / "memory_pipeline.yaml", sources=sources)
+    proc = run_cli("scan", "--config", str(cfg))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.splitlines() == [
+        f"[WARN] source gone: {tmp_path / 'unmounted'} not found: nothing scanned there",
+        f"[WARN] source file: {tmp_path / 'afile'} is not a folder: nothing scanned there",
+    ], proc.stderr
+    assert "Found 1 text files" in proc.stdout
+    out = json.loads(run_cli("scan", "--config", str(cfg), "--json").stdout)
+    assert out["missing_sources"] == [
+        {"source": "gone", "path": str(tmp_path / "unmounted"), "reason": "not found"},
+        {"source": "file", "path": str(tmp_path / "afile"), "reason": "is not a folder"},
+    ]
