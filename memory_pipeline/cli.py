@@ -131,10 +131,11 @@ def _failed_run(settings, err: BaseException) -> dict:
         return {"ok": False, "interrupted": True, "error": INTERRUPTED, "hint": "", "skipped_run": False, "errors": errors}
     from memory_pipeline.stores.cache import disk_failure
 
+    disk = disk_failure(err)
     if isinstance(err, MemoryPipelineError):
         message = str(err)
-    elif disk_failure(err) is not None:
-        message = _disk_failed(settings, disk_failure(err))
+    elif disk is not None:
+        message = _disk_failed(settings, disk)
     elif isinstance(err, OSError):
         from memory_pipeline.storage import one_line
 
