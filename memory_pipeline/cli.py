@@ -470,6 +470,8 @@ def cmd_status(args) -> int:
     print(f"data:     {status['data_dir']}" + (f" (this machine's part: {status['local_dir']})" if data.remote else ""))
     if prov.get("provider") not in (None, "none"):
         print(f"provider: {prov['provider']} / {prov.get('model')} ({prov.get('dims')} dims); requested {prov['requested']}")
+    elif prov.get("requested") == "none":
+        print("provider: none — full-text search only (as configured)")
     else:
         print(f"provider: none ({prov.get('reason') or prov.get('error')}) — full-text search only")
     if prov.get("fallback_from"):
@@ -547,7 +549,11 @@ def cmd_doctor(args) -> int:
         for c in report["checks"]:
             fix = f"\n          fix: {c['fix']}" if c.get("fix") else ""
             print(f"[{c['status']:<4}] {c['name']}: {c['detail']}{fix}")
-        print("all good" if report["ok"] else "problems found: see the fixes above")
+        warned = sum(c["status"] == "warn" for c in report["checks"])
+        if not report["ok"]:
+            print("problems found: see the fixes above")
+        else:
+            print(f"no problems; {warned} warning{'s' if warned != 1 else ''} above" if warned else "all good")
     return 0 if report["ok"] else 1
 
 

@@ -87,7 +87,7 @@ def _providers(settings: Settings) -> list[dict]:
     out = []
     failed = primary_failure(settings)
     if settings.provider == "none":
-        return [_check("provider", "ok", "provider: none: full-text search only")]
+        return [_check("provider", "ok", "none: full-text search only (as configured)")]
     # The primary (or auto's pick), tried even when a recorded failure has put the fallback in charge.
     try:
         if settings.provider == "auto":

@@ -534,6 +534,9 @@ _NOT_KEYS = frozenset({"config_path"})  # Settings fields that the file may not 
 
 def resolve_config_path(explicit: str | os.PathLike[str] | None = None) -> Path:
     """The config file to use: explicit path, then the env var, then ./memory_pipeline.yaml."""
+    if explicit is not None and not str(explicit).strip():
+        # An empty --config (an unset shell variable, `--config "$CFG"`) had fallen back to ./memory_pipeline.yaml.
+        raise ConfigError("the config file's path is empty", hint=f"pass --config FILE or set {CONFIG_ENV_VAR}")
     if explicit:
         return Path(explicit).expanduser().resolve()
     env = os.environ.get(CONFIG_ENV_VAR)
@@ -611,7 +614,7 @@ def load_settings(path: str | os.PathLike[str] | None = None) -> Settings:
     cfg_path = resolve_config_path(path)
     if not cfg_path.is_file():
         raise ConfigError(
-            f"config file not found: {cfg_path}",
+            f"config file {'is a folder' if cfg_path.is_dir() else 'not found'}: {cfg_path}",
             path=str(cfg_path),
             hint=f"pass --config FILE or set {CONFIG_ENV_VAR}",
         )

@@ -324,3 +324,16 @@ def test_scan_warns_about_a_source_folder_that_is_missing_or_a_file(tmp_path: Pa
         {"source": "gone", "path": str(tmp_path / "unmounted"), "reason": "not found"},
         {"source": "file", "path": str(tmp_path / "afile"), "reason": "is not a folder"},
     ]
+
+
+def test_status_and_doctor_word_full_text_only_and_warnings_plainly(tmp_path: Path):
+    """``provider: none`` read "provider: none (provider: none (full-text search only))", and doctor
+    ended a report with a warning in it with "all good"."""
+    (tmp_path / "mem").mkdir()
+    (tmp_path / "mem" / "a.md").write_text("# A\n\nkiln\n")
+    cfg = write_config(tmp_path / "memory_pipeline.yaml", provider="none")
+    status = run_cli("status", "--config", str(cfg))
+    assert status.returncode == 0 and "provider: none — full-text search only (as configured)" in status.stdout, status.stdout
+    doctor = run_cli("doctor", "--config", str(cfg))  # no table yet: a warning
+    assert doctor.returncode == 0 and "[warn]" in doctor.stdout, doctor.stdout
+    assert doctor.stdout.strip().splitlines()[-1] == "no problems; 1 warning above", doctor.stdout

@@ -237,3 +237,15 @@ def test_remote_settings_resolve_per_provider(tmp_path):
     assert fb.base_url == "http://127.0.0.1:8" and fb.tokens_per_minute == 5000 and fb.requests_per_minute == 100
     assert s.remote.for_provider("voyage", primary=False).base_url == ""
     assert s.remote.batch.enabled and s.remote.batch.poll_interval_ms == 1000
+
+
+def test_an_empty_config_path_or_a_folder_is_refused_not_replaced(tmp_path: Path, monkeypatch):
+    """``--config "$CFG"`` with CFG unset fell back to ./memory_pipeline.yaml without a word; a folder
+    was "not found"."""
+    write_config(tmp_path, base_config())
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match="path is empty"):
+        load_settings("")
+    with pytest.raises(ConfigError, match="is a folder"):
+        load_settings(str(tmp_path))
+    assert load_settings(None).config_path == (tmp_path / "memory_pipeline.yaml").resolve()
