@@ -16,12 +16,11 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from memory_pipeline.discovery import INDEXED_MODALITIES, doc_id, is_selected, sniff
 from memory_pipeline.errors import ConfigError, MemoryPipelineError
-from memory_pipeline.service.files import rel_parts, write_file
+from memory_pipeline.service.files import read_head, rel_parts, write_file
 from memory_pipeline.service.indexer import IndexWorker
 from memory_pipeline.service.warm import WarmSearcher
 from memory_pipeline.settings import Settings
@@ -30,6 +29,11 @@ if TYPE_CHECKING:
     from memory_pipeline.stages.report import RunSummary
 
 MAX_LINES = 2000
+# Writes run in worker threads of their own, at most this many at once: a burst of writes queued on
+# ``write_lock`` then waits in the event loop, not in the 40 threads searches and health checks share
+# (42 queued notes held them all: a search took 12 s). More than one, so that writes queued behind an
+# index run still append their files and share the next run.
+WRITE_THREADS = 8
 FOLD_AFTER_SECONDS = 2.0  # quiet time after the last write before its rows are folded into the indices
 FOLD_MAX_WAIT_SECONDS = 60.0  # writes that never pause are folded this often (each fold adds a delta vector index)
 FOLD_MIN_INTERVAL_SECONDS = 30.0  # and no fold comes sooner than this after the last (bursts a few seconds apart)
@@ -55,6 +59,10 @@ class Unsupported(MemoryPipelineError):
 
 class TooLarge(MemoryPipelineError):
     """Over ``multimodal.max_file_bytes`` (HTTP 413), with the message `memory store` prints."""
+
+    def __init__(self, message: str, *, key: str = "") -> None:
+        super().__init__(message)
+        self.key = key
 
 
 @dataclass(eq=False)
@@ -92,6 +100,18 @@ class MemoryService:
         # Index runs in a companion process (``service.indexer``), so their Python work never
         # holds this process's interpreter lock while it searches; in-process without it.
         self._worker = IndexWorker(settings) if index_worker else None
+        self._write_limiter = None  # made on first use, inside the event loop that serves the writes
+
+    async def run_write(self, fn, /, *args, **kwargs):
+        """``fn(*args, **kwargs)`` (a write: it takes ``write_lock``) in one of ``WRITE_THREADS``
+        threads kept for writes, so that writes waiting on each other never starve searches."""
+        import functools
+
+        import anyio.to_thread
+
+        if self._write_limiter is None:
+            self._write_limiter = anyio.CapacityLimiter(WRITE_THREADS)
+        return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs), limiter=self._write_limiter)
 
     # --- reads -------------------------------------------------------------------------
 
@@ -388,9 +408,18 @@ class MemoryService:
         """Write (or append to) a markdown note in a source folder and index it.
 
         Default file: ``memory/YYYY-MM-DD.md`` (today, UTC) in the first source, appended to.
+        A note the index would not take (a secret in the file's name, a file pushed over
+        ``limits.max_file_bytes``, text that makes the file read as binary) is refused before
+        anything is written; one the run still could not index answers ``indexed: false`` and why.
         """
+        from memory_pipeline.discovery import SNIFF_BYTES
+        from memory_pipeline.extraction.redact import redact
+
         if not isinstance(text, str) or not text.strip():
             raise ConfigError("text must not be empty", key="text")
+        if "\x00" in text:
+            # A NUL in the first 8 KiB makes the whole file read as binary: never indexed again.
+            raise ConfigError("text holds a NUL character; notes are text", key="text", hint=ConfigError.NO_HINT)
         src = self._asked_source(source) if source else self.settings.sources[0]
         rel = path or f"memory/{datetime.now(UTC).date().isoformat()}.md"
         parts = rel_parts(rel, field="path")
@@ -399,26 +428,53 @@ class MemoryService:
         rel = "/".join(parts)
         if not is_selected(rel, src):
             raise ConfigError(f"{rel} is excluded by the include/exclude globs of source {src.name!r}", key="path")
-        data = text.strip() + "\n"
+        shown, secrets = redact(rel)
+        if secrets:  # the walk would skip the file (discovery._secret_in_name): a note never found
+            raise ConfigError(f"path {shown!r} holds what looks like a secret; such files are not indexed", key="path", hint="choose another file name")
+        try:
+            encoded = (text.strip() + "\n").encode("utf-8")
+        except UnicodeEncodeError as err:
+            raise ConfigError("text is not valid Unicode (a lone surrogate)", key="text", hint=ConfigError.NO_HINT) from err
+        limit = self.settings.limits.max_file_bytes
         with self.write_lock:
-            target = Path(src.path, *parts)
-            if append and target.is_file() and target.stat().st_size > 0:
-                data = "\n" + data
             try:
-                written = write_file(src.path, parts, data.encode("utf-8"), append=append)
+                size, head = read_head(src.path, parts, SNIFF_BYTES)
+            except OSError as err:
+                raise ConfigError(f"cannot write {rel}: {'a link is in the way' if err.errno == 40 else err.strerror or err}", key="path") from err
+            data = (b"\n" + encoded) if append and size > 0 else encoded
+            total = size + len(data) if append else len(data)
+            if total > limit:
+                raise TooLarge(
+                    f"{rel} would be {total} bytes, over limits.max_file_bytes={limit} (files over it are not indexed); "
+                    "nothing was written: write to another file",
+                    key="text",
+                )
+            if append and size > 0 and sniff(head, rel)[1] not in INDEXED_MODALITIES:
+                raise Unsupported(f"{rel} is not a text file (it reads as binary); nothing was written", key="path")
+            after = (head + data)[:SNIFF_BYTES] if append else data[:SNIFF_BYTES]
+            if sniff(after, rel)[1] not in INDEXED_MODALITIES:
+                # Text that begins like a PDF, GIF, MP4… (``%PDF-``, ``GIF89a``, ``....ftyp``) at the
+                # start of a file makes it read as that, and the file is not indexed.
+                raise ConfigError(f"text would make {rel} read as binary or media ({sniff(after, rel)[0]}), not text", key="text", hint=ConfigError.NO_HINT)
+            try:
+                written = write_file(src.path, parts, data, append=append)
             except (NotADirectoryError, IsADirectoryError, FileExistsError) as err:
                 raise ConfigError(f"cannot write {rel}: a folder or file of that name is in the way", key="path") from err
             except OSError as err:
                 if err.errno in (40,):  # ELOOP: a link planted where a folder or the note should be
                     raise ConfigError(f"cannot write {rel}: a link is in the way", key="path") from err
                 raise
-        out = {"path": str(written), "source": src.name, "doc_id": doc_id(src.name, rel), "bytes": len(data.encode("utf-8")), "indexed": False}
+        out = {"path": str(written), "source": src.name, "doc_id": doc_id(src.name, rel), "bytes": len(data), "indexed": False}
         if index:
             from memory_pipeline.runner import shards_of
 
             run = self.index(shards_of([(src.name, rel)]))
-            out["indexed"] = True
             out["run"] = {k: run.get(k) for k in ("files_changed", "chunks_total", "rows_written", "table_rows", "shards")}
+            mine = os.path.abspath(written)
+            failed = [e for e in run.get("errors", []) if os.path.abspath(e["path"]) == mine and e.get("status") != "partial"]
+            out["indexed"] = not failed
+            if failed:
+                out["reason"] = f"{failed[0]['status']}: {failed[0]['reason']}"
         return out
 
 

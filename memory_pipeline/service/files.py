@@ -20,6 +20,7 @@ from memory_pipeline.errors import ConfigError
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 MAX_NAME = 120
+MAX_NAME_BYTES = 255  # NAME_MAX of Linux and macOS file systems
 _UNSAFE = re.compile(r"[\x00-\x1f\x7f/\\:*?\"<>|]+")
 
 
@@ -49,8 +50,11 @@ def rel_parts(rel: str, *, field: str) -> list[str]:
     if not parts:
         raise ConfigError(f"{field} names no file: {rel!r}", key=field)
     for p in parts:
-        if p == ".." or p.startswith(".") or _UNSAFE.search(p.replace(":", "")) or len(p) > 255:
+        if p == ".." or p.startswith(".") or _UNSAFE.search(p.replace(":", "")):
             raise ConfigError(f"{field} may not hold '..', hidden or unsafe names: {rel!r}", key=field)
+        # File systems count a name's bytes, not its characters: 200 x 'é' is 400 bytes (ENAMETOOLONG).
+        if len(p.encode("utf-8", errors="surrogatepass")) > MAX_NAME_BYTES:
+            raise ConfigError(f"{field} holds a name over {MAX_NAME_BYTES} bytes (UTF-8): {p[:40]!r}…", key=field)
     return parts
 
 
@@ -71,6 +75,29 @@ def _open_dir(root: Path, parts: list[str], *, create: bool) -> int:
     except BaseException:
         os.close(fd)
         raise
+
+
+def read_head(root: Path, parts: list[str], size: int) -> tuple[int, bytes]:
+    """``(size, first size bytes)`` of the file at ``root/parts…``, walked without following
+    links; ``(0, b"")`` when there is no such file (or folder on the way)."""
+    try:
+        fd = _open_dir(root, parts[:-1], create=False)
+    except (FileNotFoundError, NotADirectoryError):
+        return 0, b""
+    try:
+        try:
+            f = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=fd)
+        except FileNotFoundError:
+            return 0, b""
+        try:
+            st = os.fstat(f)
+            if not stat_mod.S_ISREG(st.st_mode):
+                raise ConfigError(f"{'/'.join(parts)} is not a regular file", key="path")
+            return st.st_size, os.pread(f, size, 0)
+        finally:
+            os.close(f)
+    finally:
+        os.close(fd)
 
 
 def write_file(root: Path, parts: list[str], data: bytes, *, append: bool = False, exclusive: bool = False) -> Path:

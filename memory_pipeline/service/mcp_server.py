@@ -70,7 +70,7 @@ def build_mcp(service) -> Any:
             raise fail(err) from err
 
     @mcp.tool()
-    def memory_store(
+    async def memory_store(
         text: Annotated[str, Field(min_length=1, max_length=1_000_000, description="the note, in markdown")],
         path: Annotated[str | None, Field(description="relative to the source; default memory/YYYY-MM-DD.md (today)")] = None,
         source: Annotated[str | None, Field(description="the source folder (default: the first)")] = None,
@@ -78,9 +78,12 @@ def build_mcp(service) -> Any:
     ) -> dict[str, Any]:
         """Save a note into memory and index it, so later searches find it."""
         try:
-            return service.write_note(text, path=path, source=source, append=append)
+            out = await service.run_write(service.write_note, text, path=path, source=source, append=append)
         except MemoryPipelineError as err:
             raise fail(err) from err
+        if not out["indexed"]:
+            raise ToolError(f"{out['path']} was written but is not indexed, so searches will not find it: {out['reason']}")
+        return out
 
     @mcp.tool()
     def memory_status() -> dict[str, Any]:

@@ -8,13 +8,14 @@ from fastapi.responses import JSONResponse
 router = APIRouter(tags=["health"])
 
 
-@router.get("/healthz", summary="The process answers (no auth needed)")
-def healthz() -> dict:
+# Async (no worker thread): health answers even while every thread of the pool is busy.
+@router.api_route("/healthz", methods=["GET", "HEAD"], summary="The process answers (no auth needed)")
+async def healthz() -> dict:
     return {"ok": True}
 
 
-@router.get("/readyz", summary="The searcher is loaded (model, table): 503 until then")
-def readyz(request: Request):
+@router.api_route("/readyz", methods=["GET", "HEAD"], summary="The searcher is loaded (model, table): 503 until then")
+async def readyz(request: Request):
     service = request.app.state.memory
     if service.ready:
         return {"ready": True}

@@ -6,6 +6,7 @@ import contextlib
 import os
 
 from fastapi import APIRouter, File, Form, Query, Request, UploadFile
+from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
 from memory_pipeline.errors import ConfigError
@@ -78,8 +79,14 @@ def get_lines(
 
 
 @router.post("/notes", response_model=NoteResponse, summary="Write (append) a note and index it")
-def write_note(body: NoteRequest, request: Request) -> dict:
-    return request.app.state.memory.write_note(body.text, path=body.path, source=body.source, append=body.append, index=body.index)
+async def write_note(body: NoteRequest, request: Request):
+    service = request.app.state.memory
+    out = await service.run_write(service.write_note, body.text, path=body.path, source=body.source, append=body.append, index=body.index)
+    if body.index and not out["indexed"]:
+        # Written (the file is the user's) but not searchable: no 200 that claims success.
+        error = f"{out['path']} was written but is not indexed ({out['reason']})"
+        return JSONResponse(out | {"error": error, "field": "path", "hint": "fix or rename the file, then run `memory index`"}, status_code=422)
+    return out
 
 
 @router.get("/status", summary="Provider, table, sources, last run")
@@ -88,5 +95,6 @@ def status(request: Request) -> dict:
 
 
 @router.post("/index", summary="Run `memory index` now (serialized with the server's other writes)")
-def index(request: Request) -> dict:
-    return {"ok": True, **request.app.state.memory.index().as_dict()}  # the JSON of `memory index --json`
+async def index(request: Request) -> dict:
+    service = request.app.state.memory
+    return {"ok": True, **(await service.run_write(service.index)).as_dict()}  # the JSON of `memory index --json`

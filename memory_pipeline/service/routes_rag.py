@@ -36,13 +36,18 @@ def spooled(upload: UploadFile, field: str, limit: int):
         yield path, upload.filename
 
 
-def _ingest(request: Request, kind: str, field: str, upload, text, metadata, tags, collection, store) -> dict:
+async def _ingest(request: Request, kind: str, field: str, upload, text, metadata, tags, collection, store) -> dict:
+    """An ingest, in the threads kept for writes (``MemoryService.run_write``)."""
     assets = request.app.state.assets
-    with spooled(upload, field, assets.settings.multimodal.max_file_bytes) as (path, filename):
-        return assets.ingest(
-            kind, path, filename, field=field, text_representation=text, metadata=metadata, tags=tags,
-            collection_id=collection, store_payload=store,
-        )  # fmt: skip
+
+    def ingest() -> dict:
+        with spooled(upload, field, assets.settings.multimodal.max_file_bytes) as (path, filename):
+            return assets.ingest(
+                kind, path, filename, field=field, text_representation=text, metadata=metadata, tags=tags,
+                collection_id=collection, store_payload=store,
+            )  # fmt: skip
+
+    return await request.app.state.memory.run_write(ingest)
 
 
 _TEXT = Form(None, max_length=1_000_000, description="skips captioning/OCR/transcription: this is the asset's text")
@@ -53,21 +58,21 @@ _STORE = Form(False, description="keep the original bytes (GET …/content serve
 
 
 @router.post("/multimodal/images/ingest", response_model=Asset, summary="Ingest an image")
-def ingest_image(request: Request, image: UploadFile = File(...), textRepresentation: str | None = _TEXT, metadata: str | None = _META,
+async def ingest_image(request: Request, image: UploadFile = File(...), textRepresentation: str | None = _TEXT, metadata: str | None = _META,
                  tags: str | None = _TAGS, collectionId: str = _COLL, storePayload: bool = _STORE) -> dict:  # fmt: skip
-    return _ingest(request, "image", "image", image, textRepresentation, metadata, tags, collectionId, storePayload)
+    return await _ingest(request, "image", "image", image, textRepresentation, metadata, tags, collectionId, storePayload)
 
 
 @router.post("/multimodal/audio/ingest", response_model=Asset, summary="Ingest a recording")
-def ingest_audio(request: Request, audio: UploadFile = File(...), textRepresentation: str | None = _TEXT, metadata: str | None = _META,
+async def ingest_audio(request: Request, audio: UploadFile = File(...), textRepresentation: str | None = _TEXT, metadata: str | None = _META,
                  tags: str | None = _TAGS, collectionId: str = _COLL, storePayload: bool = _STORE) -> dict:  # fmt: skip
-    return _ingest(request, "audio", "audio", audio, textRepresentation, metadata, tags, collectionId, storePayload)
+    return await _ingest(request, "audio", "audio", audio, textRepresentation, metadata, tags, collectionId, storePayload)
 
 
 @router.post("/multimodal/documents/ingest", response_model=Asset, summary="Ingest a document (PDF, DOCX, TXT, Markdown, CSV, JSON, XML)")
-def ingest_document(request: Request, document: UploadFile = File(...), textRepresentation: str | None = _TEXT, metadata: str | None = _META,
+async def ingest_document(request: Request, document: UploadFile = File(...), textRepresentation: str | None = _TEXT, metadata: str | None = _META,
                     tags: str | None = _TAGS, collectionId: str = _COLL, storePayload: bool = _STORE) -> dict:  # fmt: skip
-    return _ingest(request, "document", "document", document, textRepresentation, metadata, tags, collectionId, storePayload)
+    return await _ingest(request, "document", "document", document, textRepresentation, metadata, tags, collectionId, storePayload)
 
 
 @router.post("/multimodal/query", response_model=RagResults, summary="Query assets by text")
@@ -115,5 +120,5 @@ def get_asset_content(assetId: str, request: Request):
 
 
 @router.delete("/multimodal/assets/{assetId}", response_model=Deleted, summary="Delete an asset: file, rows and payload")
-def delete_asset(assetId: str, request: Request) -> dict:
-    return request.app.state.assets.delete(assetId)
+async def delete_asset(assetId: str, request: Request) -> dict:
+    return await request.app.state.memory.run_write(request.app.state.assets.delete, assetId)
