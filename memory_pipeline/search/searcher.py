@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from memory_pipeline.errors import ConfigError, FullTextUnavailable, ProviderError, SearchError, StoreError
+from memory_pipeline.errors import ConfigError, FullTextUnavailable, MemoryPipelineError, ProviderError, SearchError, StoreError
 from memory_pipeline.providers.registry import query_provider
 from memory_pipeline.search import lanceaio
 from memory_pipeline.search.filters import SearchFilters, file_name_date, note_date, sql_str
@@ -303,6 +303,23 @@ class FlatVectors:
         return None if i is None else self.matrix[i]
 
 
+def _table_errors(method):
+    """LanceDB's errors reading the table (``RuntimeError``/``OSError`` from its Rust core: a data
+    file truncated or missing) as a ``StoreError``: the index cannot answer (HTTP 503, one line on
+    the command line), not a bug in the caller's query."""
+
+    @functools.wraps(method)
+    def reading(*args, **kwargs):
+        try:
+            return method(*args, **kwargs)
+        except (RuntimeError, OSError) as err:
+            if isinstance(err, MemoryPipelineError):  # ObjectStoreError: already ours
+                raise
+            raise StoreError(f"the table could not be read: {err}", hint="if its files are damaged, rebuild it: memory index --force") from err
+
+    return reading
+
+
 class MemorySearcher:
     """The table and provider opened once; each ``search`` is one query (what eval and benchmarks reuse)."""
 
@@ -431,6 +448,7 @@ class MemorySearcher:
             query_media=tuple(kw.get("query_media") or ()),
         )
 
+    @_table_errors
     def search(self, query: str, opts: QueryOptions) -> list[SearchResult]:
         """The best ``opts.max_results`` results of one query."""
         terms = parse_query(query).highlight_terms or query_terms(query)
@@ -462,6 +480,7 @@ class MemorySearcher:
             shown.sort(key=_order)  # a no-op unless ranking left ties in any order
         return shown[: opts.max_results]
 
+    @_table_errors
     def ranked(self, query: str, opts: QueryOptions, *, pool: int | None = None, light: bool = False, top: int | None = None) -> list[Candidate]:
         """Every candidate above ``min_score``, best first (MMR order when on).
 
@@ -483,6 +502,11 @@ class MemorySearcher:
             raise ConfigError(f"mode must be one of {', '.join(MODES)}, got {opts.mode!r}", key="mode")
         if opts.fusion not in FUSIONS:
             raise ConfigError(f"fusion must be one of {', '.join(FUSIONS)}, got {opts.fusion!r}", key="fusion")
+        wanted = opts.filters.source
+        if wanted and all(s.name != wanted for s in self.settings.sources):
+            # Not an empty answer: "nothing relevant" would be a wrong claim about a source that does not exist.
+            names = ", ".join(s.name for s in self.settings.sources)
+            raise ConfigError(f"unknown source {wanted!r}", key="source", hint=f"one of: {names}")
         query = query.strip()
         native = self._native_query_vector(opts.query_media) if opts.query_media and self.table is not None else None
         if opts.query_media and native is None and not query and self.table is not None and self.provider is None:

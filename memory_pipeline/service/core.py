@@ -227,7 +227,11 @@ class MemoryService:
                 f"{rel} is a {modality or 'binary'} file, not text; its derived text is in search results "
                 "(and its note, if any, in FILE.note.md)", key="path",
             )  # fmt: skip
-        all_lines = data.decode("utf-8", errors="replace").splitlines()
+        from memory_pipeline.extraction.redact import redact
+
+        # Redacted like search results (the whole file: a key block may start above the lines asked
+        # for); redaction keeps every line break, so line numbers still match the file's.
+        all_lines = redact(data.decode("utf-8", errors="replace"))[0].splitlines()
         chosen = all_lines[start - 1 : start - 1 + count]
         return {
             "path": abs_path,

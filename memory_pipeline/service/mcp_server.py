@@ -33,7 +33,9 @@ def build_mcp(service) -> Any:
 
     def fail(err: MemoryPipelineError) -> ToolError:
         key = getattr(err, "key", "")
-        hint = f" ({err.hint})" if getattr(err, "hint", "") else ""
+        # The configuration's default hint does not fit a bad argument (HTTP drops it too).
+        hint = err.hint if not (isinstance(err, ConfigError) and err.hint == ConfigError("").hint) else ""
+        hint = f" ({hint})" if hint else ""
         return ToolError(f"{key + ': ' if key and key not in str(err) else ''}{err}{hint}")
 
     @mcp.tool()
