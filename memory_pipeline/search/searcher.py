@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -325,6 +326,7 @@ class MemorySearcher:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        self._roots = {s.name: str(s.path) for s in settings.sources}
         # The current generation: while a new model's generation builds, this is still the old one,
         # and the query is embedded by the provider that built it.
         table_name, record = generations.current(settings)
@@ -461,7 +463,7 @@ class MemorySearcher:
             # among the candidates (by document id; or a candidate's is unknown), not for every
             # note shown (each ranking costs the whole search again).
             shown = self._shown(self.ranked(query, opts, light=True), opts)
-        return [self._result(c, terms) for c in shown]
+        return [self._result(c, terms, self._roots) for c in shown]
 
     def _shown(self, ranked: list[Candidate], opts: QueryOptions) -> list[Candidate]:
         """The best ``opts.max_results`` of ``ranked`` with their whole rows, in the results' order."""
@@ -502,6 +504,10 @@ class MemorySearcher:
             raise ConfigError(f"mode must be one of {', '.join(MODES)}, got {opts.mode!r}", key="mode")
         if opts.fusion not in FUSIONS:
             raise ConfigError(f"fusion must be one of {', '.join(FUSIONS)}, got {opts.fusion!r}", key="fusion")
+        try:
+            query.encode("utf-8")
+        except UnicodeEncodeError as err:  # a lone surrogate (bytes that are not UTF-8, decoded by surrogateescape): the tokenizer raised TypeError
+            raise ConfigError(f"the query is not valid Unicode (a lone surrogate at character {err.start})", key="query", hint=ConfigError.NO_HINT) from None
         wanted = opts.filters.source
         if wanted and all(s.name != wanted for s in self.settings.sources):
             # Not an empty answer: "nothing relevant" would be a wrong claim about a source that does not exist.
@@ -1005,8 +1011,13 @@ class MemorySearcher:
                 c.score *= recency_factor(day, today, opts.recency_half_life_days)
 
     @staticmethod
-    def _result(c: Candidate, terms: list[str]) -> SearchResult:
+    def _result(c: Candidate, terms: list[str], roots: dict[str, str] | None = None) -> SearchResult:
         row = c.row
+        # The file where its source is now: a row keeps the path its source had when it was written,
+        # and a source folder moved (or its ``path`` changed) leaves every file's content unchanged,
+        # so nothing is written again and the stored path would name a folder that is gone.
+        root = (roots or {}).get(row["source"])
+        where = os.path.join(root, row["path"]) if root else row["original_file_path"] or str(Path(row["path"]))
         snippet, first, last, spans = make_snippet(row["text"], terms)
         line_start, line_end = int(row["line_start"]), int(row["line_end"])
         snippet_locator = row["locator"]
@@ -1015,7 +1026,7 @@ class MemorySearcher:
             snippet_locator = f"L{line_start + first}-L{line_start + last}"
         day = note_date(row["path"], row.get("created_at"))
         return SearchResult(
-            path=row["original_file_path"] or str(Path(row["path"])),
+            path=where,
             source=row["source"],
             locator=row["locator"],
             score=round(float(c.score), 4),

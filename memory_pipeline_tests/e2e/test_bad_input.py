@@ -268,3 +268,20 @@ def test_a_missing_source_folder_keeps_its_rows_and_the_checks_pass(tmp_path: Pa
     (tmp_path / "unmounted").rename(mem)
     back = run_json("index", "--config", str(cfg), "--json")
     assert back["chunks_embedded"] == 0 and back["rows_written"] == 0 and back["errors"] == [], back
+
+
+def test_a_moved_source_folder_is_shown_where_it_is_now(tmp_path: Path):
+    """A source folder moved (its ``path`` changed to follow it): every file is unchanged, so nothing
+    is written again, and search showed each file at the folder that is gone until `--force`."""
+    mem = tmp_path / "mem"
+    mem.mkdir()
+    (mem / "kiln.md").write_text("# Kiln\n\nThe kiln reached cone ten on the glaze firing.\n")
+    cfg = write_config(tmp_path / "memory_pipeline.yaml")
+    run_json("index", "--config", str(cfg), "--json")
+    mem.rename(tmp_path / "moved")
+    cfg = write_config(tmp_path / "memory_pipeline.yaml", sources=[{"name": "mem", "path": "moved"}])
+    again = run_json("index", "--config", str(cfg), "--json")
+    assert again["chunks_embedded"] == 0 and again["rows_written"] == 0, again
+    hits = run_json("search", "kiln glaze firing", "--config", str(cfg), "--json")["results"]
+    assert hits and hits[0]["path"] == str(tmp_path / "moved" / "kiln.md"), hits[:1]
+    assert Path(hits[0]["path"]).is_file()

@@ -26,3 +26,17 @@ def test_file_names_are_printed_as_data():
     assert shown("notes/2026-11-01.md") == "notes/2026-11-01.md"
     assert shown("evil\nname\x1b[2J.md") == "evil\\nname\\x1b[2J.md"
     assert "\n" not in shown("a\rb\u2028c\x00d")
+
+
+def test_a_query_that_is_not_valid_unicode_is_a_clear_error(tmp_path: Path):
+    """``search('LanceDB\\udcff')`` (bytes that are not UTF-8, decoded with surrogateescape) reached
+    the tokenizer and raised ``TypeError: TextEncodeInput must be …``."""
+    import pytest
+
+    from memory_pipeline.errors import ConfigError
+
+    (tmp_path / "mem").mkdir()
+    settings = load_settings(write_config(tmp_path / "memory_pipeline.yaml"))
+    with pytest.raises(ConfigError, match="not valid Unicode") as info:
+        memory_pipeline.search("LanceDB\udcff", settings=settings)
+    assert info.value.key == "query"
