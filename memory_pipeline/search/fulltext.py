@@ -112,6 +112,7 @@ class TextLeg:
     # the chunks' (which chunk a result points at) from the chunk column, weighed by their own W.
     chunk_weights: dict[str, float] = field(default_factory=dict)
     doc_level: bool = False
+    alternatives: tuple[tuple[str, ...], ...] = ()  # the term keys of each ``A OR B`` clause (``ParsedQuery.alternatives``)
     _completer: Callable[..., dict[str, float]] | None = None
     # Document level, answered in memory (``textindex.doc_leg``): every document's summed score at
     # once, so ``strengths`` reads any candidate's without ``complete``.
@@ -123,7 +124,15 @@ class TextLeg:
 
     @property
     def total(self) -> float:
-        return sum(self.weights.values())
+        """The sum of the terms' ``W``, a clause of alternatives (``A OR B``) counted once, as its
+        heaviest term: holding either in full is one full match of the clause."""
+        w = self.weights
+        total = sum(w.values())
+        for group in self.alternatives:
+            present = [w[k] for k in group if k in w]
+            if len(present) > 1:
+                total -= sum(present) - max(present)
+        return total
 
     def doc_terms(self, doc_id: str) -> dict[str, float]:
         return self._docs.get(doc_id, {})
@@ -266,7 +275,7 @@ def text_leg(
 ) -> TextLeg:
     """Run ``parsed`` against the full-text index: one BM25 query per word and phrase, prefixes
     and the required/excluded clauses as a regex prefilter (checked again on the folded text)."""
-    leg = TextLeg()
+    leg = TextLeg(alternatives=parsed.alternatives)
     constraint = parsed.sql_filter(column)
     full_where = " AND ".join(f"({w})" for w in (where, constraint) if w) or None
     # A term found in no row weighs what BM25's IDF gives a term in none: ln(1 + (N + 0.5) / 0.5).
@@ -361,7 +370,7 @@ def doc_text_leg(
 
     Queries of prefixes only have no BM25 term: ``text_leg`` answers those.
     """
-    leg = TextLeg(doc_level=True)
+    leg = TextLeg(doc_level=True, alternatives=parsed.alternatives)
     absent = absent_weight(total_docs)
     dq = query if query is not None else DocQuery.of(table, parsed, column=column, doc_column=doc_column)
     terms, summed = dq.terms, dq.summed

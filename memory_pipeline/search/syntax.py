@@ -118,6 +118,19 @@ class ParsedQuery:
         return tuple(out)
 
     @cached_property
+    def alternatives(self) -> tuple[tuple[str, ...], ...]:
+        """The BM25 term keys (a word as typed, a phrase as ``"its text"``) of each positive clause of
+        several terms (``Horatio OR Priya``): the full-text leg counts such a clause once, as its
+        best-weighted term, so a document holding either in full holds the whole clause."""
+        words = set(self.words)
+        out = []
+        for c in self.positive:
+            keys = [t.raw if t.kind == "word" else '"' + t.text + '"' for t in c.terms if (t.kind == "word" and t.raw in words) or t.kind == "phrase"]
+            if len(set(keys)) > 1:
+                out.append(tuple(dict.fromkeys(keys)))
+        return tuple(out)
+
+    @cached_property
     def phrases(self) -> tuple[Term, ...]:
         return tuple(t for c in self.positive for t in c.terms if t.kind == "phrase")
 

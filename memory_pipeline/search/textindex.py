@@ -327,7 +327,7 @@ def doc_leg(index: TextIndex, parsed: Any, *, limit: int, row_of: Callable[[str]
     words = [ids for ids in analysed if ids is not None]
     if len(words) != len(analysed):
         return None
-    leg = TextLeg(doc_level=True)
+    leg = TextLeg(doc_level=True, alternatives=parsed.alternatives)
     dq = DocQuery.of(None, parsed, column="", doc_column="")  # the terms' keys and text tests (no phrase: no table read)
     per_word = [index.doc_scores(ids) for ids in words]
     scores = per_word[0] if len(per_word) == 1 else np.sum(per_word, axis=0)

@@ -84,6 +84,18 @@ def test_or_and_not(fts_only):
     assert _fts(fts_only, "NOT Horatio") == []  # nothing positive asked for
 
 
+def test_an_or_clause_counts_once_so_either_side_is_a_match(fts_only, hybrid):
+    """Each side of an OR had counted as a word of its own: a note holding one side was marked down
+    for lacking the other, and with a side found nowhere (``Horatio OR walrus``) the notes holding
+    Horatio fell under the default min_score: no results at all."""
+    assert set(_names(search("Horatio OR walrus", settings=fts_only, mode="fts"))) == {"roster.md", "people.md"}
+    either = search("coffee OR Horatio", settings=fts_only, mode="fts")  # the default min_score
+    assert set(_names(either)) == {"kitchen.md", "roster.md", "people.md"}, [(r.path, r.text_score) for r in either]
+    assert set(_names(search("coffee OR Horatio", settings=hybrid))) >= {"kitchen.md", "roster.md", "people.md"}
+    # Plain words are unchanged: a word found nowhere still costs its weight.
+    assert search("Horatio walrus", settings=fts_only, mode="fts") == []
+
+
 @pytest.mark.parametrize("query", ['"unbalanced duty', "duty AND", "OR", "NOT", "*", "-", '"', '""', "( )", "a:b", "\\", "***x", '-"', "AND OR NOT"])
 def test_odd_syntax_never_errors(fts_only, hybrid, query: str):
     for settings in (fts_only, hybrid):
