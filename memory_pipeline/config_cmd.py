@@ -212,6 +212,12 @@ def _edit_in_place(text: str, parts: list[Part], value: Any, root: Any) -> str |
             if start == end:  # `key:` with nothing after it
                 return None
             return text[:start] + _flow(value) + text[end:]
+        if node.value:
+            # A whole block section (``query: {}``, ``sources: [...]``): its text, from its first key
+            # or item to the end of its last value, becomes the value in flow style. Its own comments
+            # go with the values they described; every other line stays (the file was written out
+            # again, losing every comment, the shipped file's commented-out help included).
+            return text[: node.start_mark.index] + _flow(value) + text[_last_value_end(node) :]
         return None
     # Add the missing keys under the deepest block mapping that exists.
     if not isinstance(node, yaml.MappingNode) or node.flow_style or not node.value:
@@ -227,6 +233,14 @@ def _edit_in_place(text: str, parts: list[Part], value: Any, root: Any) -> str |
     cut = len(text) if cut < 0 else cut + 1
     head = text[:cut] if text[:cut].endswith("\n") else text[:cut] + "\n"
     return head + "\n".join(lines) + "\n" + text[cut:]
+
+
+def _last_value_end(node: Any) -> int:
+    """Where the last value of a block collection ends: its last scalar or flow value's end, not
+    the collection's own end mark (which is the next key's start, comments and blank lines between)."""
+    while isinstance(node, (yaml.MappingNode, yaml.SequenceNode)) and not node.flow_style and node.value:
+        node = node.value[-1][1] if isinstance(node, yaml.MappingNode) else node.value[-1]
+    return node.end_mark.index
 
 
 def _write_atomically(path: Path, text: str) -> None:

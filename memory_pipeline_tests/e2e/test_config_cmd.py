@@ -92,6 +92,20 @@ def test_set_values_parsed_as_yaml(shipped: Path, key: str, value: str, expected
     assert list(yaml.safe_load(text))[:4] == ["data_dir", "sources", "provider", "model"]
 
 
+@pytest.mark.parametrize(("key", "value"), [("query", "{}"), ("sources", "[{name: notes, path: notes}]"), ("chunking", "{tokens: 256}")])
+def test_set_of_a_whole_section_keeps_every_other_comment(shipped: Path, key: str, value: str):
+    """``config set query '{}'`` wrote the whole shipped file out again: every comment in it went,
+    the commented-out ``remote:`` help included, with a [WARN]. Only the section's own text changes."""
+    kept = [line for line in shipped.read_text().splitlines() if line.lstrip().startswith("#")]
+    proc = config("set", key, value, cfg=shipped)
+    assert proc.returncode == 0 and "[WARN]" not in proc.stderr, proc.stderr
+    text = shipped.read_text()
+    lost = [c for c in kept if c not in text]
+    assert lost == [], lost
+    assert yaml.safe_load(text)[key] == yaml.safe_load(value)
+    assert list(yaml.safe_load(text))[:4] == ["data_dir", "sources", "provider", "model"]
+
+
 @pytest.mark.parametrize(
     ("key", "value", "fragment"),
     [
