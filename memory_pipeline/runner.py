@@ -217,13 +217,14 @@ def _materialize(settings: Settings, force: bool, home: Path, hooks: StageHooks,
     os.environ["DAGSTER_HOME"] = str(home)
     enable_event_batches()
     with dg.DagsterInstance.from_config(str(home)) as instance:
+        close_dead_runs(instance)
         result = dg.materialize(
             index_assets,
             instance=instance,
             resources=index_resources(str(settings.config_path or ""), hooks=hooks, results=results, keep_model=keep_model),
             # One shard: a plain partition run (what the sensor asks for); more: a range.
             partition_key=first if first == last else None,
-            tags=range_tags(first, last) if first != last else None,
+            tags={PROCESS_TAG: this_process()} | (range_tags(first, last) if first != last else {}),
             run_config={
                 "ops": {
                     "source_files": {"config": {"force": force}},
@@ -236,6 +237,52 @@ def _materialize(settings: Settings, force: bool, home: Path, hooks: StageHooks,
         if result.success:
             return result.run_id
         raise _failure(result, results)
+
+
+# The process a run of `memory index` (or the server) lives in: ``host:pid:start``. Such a run
+# executes in that process, so when the process is gone and the run still says STARTED, it was
+# killed (SIGKILL, the machine's memory killer, a power cut): no one else will ever end it.
+PROCESS_TAG = "memory_pipeline/process"
+
+
+def _started_at(pid: int) -> str | None:
+    """When process ``pid`` started (clock ticks since boot, from /proc); None when there is none."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[19].decode()
+    except (OSError, IndexError):
+        return None
+
+
+def this_process() -> str:
+    import socket
+
+    return f"{socket.gethostname()}:{os.getpid()}:{_started_at(os.getpid()) or ''}"
+
+
+def close_dead_runs(instance) -> list[str]:
+    """Mark failed the runs of this machine's `memory index` processes that are gone while their
+    run still says STARTED (in the UI for ever, before): a killed process ends nothing. Runs started
+    another way (the UI, the daemon: Dagster's run monitoring) and other machines' are left alone."""
+    import socket
+
+    import dagster as dg
+
+    if _started_at(os.getpid()) is None:
+        return []  # no /proc here: a live process could not be told from a gone one
+    host = socket.gethostname()
+    closed = []
+    for run in instance.get_runs(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.STARTING]), limit=100):
+        owner = run.tags.get(PROCESS_TAG, "")
+        parts = owner.split(":")
+        if len(parts) != 3 or parts[0] != host or not parts[1].isdigit():
+            continue
+        started = _started_at(int(parts[1]))
+        if started is not None and (started == parts[2] or not parts[2]):
+            continue  # still running (or a process we cannot tell apart from it)
+        instance.report_run_failed(run, message=f"its process ({parts[1]} on {host}) ended without finishing the run (killed); the next run redid its work")
+        closed.append(run.run_id)
+    return closed
 
 
 # What Dagster makes of Ctrl-C or SIGTERM during a step (it maps SIGTERM to SIGINT while it runs).

@@ -54,3 +54,25 @@ def test_killed_run_then_rerun_equals_clean_run(tmp_path: Path, clean_rows: list
     # And a further run has nothing left to do.
     again = run_json("index", "--config", str(cfg), "--json")
     assert again["files_changed"] == 0 and again["rows_written"] == 0
+
+
+def test_a_killed_runs_dagster_run_is_closed_by_the_next_run(tmp_path: Path):
+    """A `memory index` killed mid-run left its Dagster run STARTED for ever (the UI showed it in
+    progress after later runs had finished). The next run marks it failed, saying why."""
+    import dagster as dg
+
+    shutil.copytree(SAMPLE, tmp_path / "mem", ignore=TEXT_ONLY)
+    cfg = write_config(tmp_path / "memory_pipeline.yaml")
+    killed = run_cli("index", "--config", str(cfg), "--json", kill_at="write_after_first_commit")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    home = str(tmp_path / "index" / "dagster")
+    with dg.DagsterInstance.from_config(home) as instance:
+        stuck = [r.run_id for r in instance.get_runs(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED]))]
+    assert len(stuck) == 1
+    run_json("index", "--config", str(cfg), "--json")
+    with dg.DagsterInstance.from_config(home) as instance:
+        run = instance.get_run_by_id(stuck[0])
+        assert run is not None and run.status == dg.DagsterRunStatus.FAILURE
+        assert not instance.get_runs(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED]))
+        messages = [e.message or "" for e in instance.all_logs(stuck[0])]
+    assert any("ended without finishing the run (killed)" in m for m in messages), messages[-3:]
