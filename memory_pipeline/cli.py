@@ -787,7 +787,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Anything but a loopback --host needs a bearer token in $MEMORY_PIPELINE_TOKEN.",
     )
     p.add_argument("--host", help="address to listen on (default: service.host, 127.0.0.1), e.g. --host 127.0.0.1")
-    p.add_argument("--port", type=int, help="port (default: service.port, 8765; 0 = any free port), e.g. --port 8765")
+    p.add_argument("--port", type=_in_range(int, 0, 65535), help="port (default: service.port, 8765; 0 = any free port), e.g. --port 8765")
     p.add_argument(
         "--assets-source",
         metavar="NAME",

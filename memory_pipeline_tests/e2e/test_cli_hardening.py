@@ -337,3 +337,10 @@ def test_status_and_doctor_word_full_text_only_and_warnings_plainly(tmp_path: Pa
     doctor = run_cli("doctor", "--config", str(cfg))  # no table yet: a warning
     assert doctor.returncode == 0 and "[warn]" in doctor.stdout, doctor.stdout
     assert doctor.stdout.strip().splitlines()[-1] == "no problems; 1 warning above", doctor.stdout
+
+
+@pytest.mark.parametrize("port", ["99999", "-1", "http"])
+def test_serve_with_a_port_out_of_range_is_a_usage_error(tmp_path: Path, port: str):
+    """``memory serve --port 99999`` printed "unexpected error: OverflowError … a bug", exit 1."""
+    proc = run_cli("serve", "--port", port, "--config", str(tmp_path / "none.yaml"))
+    assert proc.returncode == 2 and "--port" in proc.stderr and "a bug" not in proc.stderr, proc.stderr
