@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from memory_pipeline import storage
 from memory_pipeline.chunking import CHUNKER_REVISION, CHUNKER_VERSION
 from memory_pipeline.discovery import walk_all
-from memory_pipeline.models import MANIFEST_SCHEMA
+from memory_pipeline.models import KEPT, MANIFEST_SCHEMA
 
 if TYPE_CHECKING:
     from memory_pipeline.providers.registry import ResolvedProvider
@@ -121,7 +121,8 @@ def manifest_fingerprints(settings: Settings, shards: Iterable[str]) -> dict[str
     for s in shards:
         rows = data.read("source_files", s, MANIFEST_SCHEMA).to_pylist()
         if rows:
-            out[s] = _digest(f"{r['doc_id']}|{r['size']}|{r['mtime_ns']}|{r['inode']}|{r['walk_status']}" for r in rows)
+            # A record kept while its folder cannot be listed is not what the walk sees.
+            out[s] = _digest(f"{r['doc_id']}|{r['size']}|{r['mtime_ns']}|{r['inode']}|{r['walk_status']}" for r in rows if r["walk_status"] != KEPT)
     return out
 
 

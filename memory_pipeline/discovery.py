@@ -88,8 +88,8 @@ class DiscoveredFile:
     # file that is gone: they are not kept as a failed file's last good rows are.
     shown: bool = False
     # A folder (``path`` ends in ``/``; ``./`` for the source's root) that could not be listed this
-    # time (permissions, a disk error): the rows of the files under it are kept, as a missing
-    # source's are, until it can be listed again.
+    # time (permissions, a disk error), or an entry that could not be stat'ed (it may be a folder):
+    # the rows of the files under it are kept, as a missing source's are, until it can be read again.
     unlisted: bool = False
 
     @property
@@ -161,7 +161,9 @@ def walk_source(source: SourceConfig, max_file_bytes: int, own: frozenset[str] =
                     yield _shown(source, root, shown_rel, reason)
                 continue
             if isinstance(st, OSError):
-                yield _bad(source, rel, abs_path, "failed", f"cannot stat: {st.strerror or st}")
+                # Not walked if it is a folder (a folder readable but not searchable, a disk error):
+                # what was indexed under it is kept, as under a folder that cannot be listed.
+                yield _bad(source, rel, abs_path, "failed", f"cannot stat: {st.strerror or st}", unlisted=True)
                 continue
             if stat_mod.S_ISDIR(st.st_mode):
                 if _pruned(rel, source) or (own and os.path.join(root_real, rel) in own):

@@ -63,9 +63,13 @@ MANIFEST_SCHEMA = pa.schema(
         ("status", pa.string()),  # ok | skipped | failed
         ("reason", pa.string()),
         ("action", pa.string()),  # index | unchanged | none
-        ("walk_status", pa.string()),  # what the stat walk alone said: ok | skipped | failed
+        ("walk_status", pa.string()),  # what the stat walk alone said: ok | skipped | failed | kept (not seen: see KEPT)
     ]
 )
+
+# ``walk_status`` of a file's last record, carried over while its folder could not be listed (or its
+# source folder is missing): the walk did not see it, and its rows are kept.
+KEPT = "kept"
 
 DELETIONS_SCHEMA = pa.schema([("doc_id", pa.string()), ("source", pa.string()), ("path", pa.string())])
 

@@ -22,7 +22,7 @@ from memory_pipeline import storage
 from memory_pipeline.changes import EmbeddingIdentity, committed, decide, file_sha256, fingerprint, same_stat
 from memory_pipeline.discovery import DiscoveredFile, assess, forget_name_checks, shard_of, walk_all
 from memory_pipeline.errors import StoreError
-from memory_pipeline.models import DELETIONS_SCHEMA, INDEXED_STATE_SCHEMA, MANIFEST_SCHEMA, frame_of
+from memory_pipeline.models import DELETIONS_SCHEMA, INDEXED_STATE_SCHEMA, KEPT, MANIFEST_SCHEMA, frame_of
 from memory_pipeline.settings import Settings
 from memory_pipeline.stores import generations
 from memory_pipeline.stores.lance import DOC_FTS_COLUMN, VectorStore
@@ -178,7 +178,7 @@ def discover(
     unseen: dict[str, list[str]] = defaultdict(list)
     for f in walk_all(settings):
         if f.unlisted:
-            unseen[f.source].append("" if f.path == "./" else f.path)
+            unseen[f.source].append("" if f.path == "./" else f.path.rstrip("/") + "/")
         if f.shard in wanted:
             by_shard[f.shard].append(f)
     # The walk's name checks were for this walk (and the settle's before it): the stages after it need none.
@@ -233,8 +233,10 @@ def _unseen(doc: str, unseen: Mapping[str, list[str]]) -> bool:
 
 def _kept(prev: dict, state: dict | None, fp: str, counts: DiscoverCounts) -> dict:
     """The last record of a file under a folder that was not seen this run: unchanged when the
-    table holds that version, else failed (it cannot be read now)."""
-    row = dict(prev)
+    table holds that version, else failed (it cannot be read now). Its ``walk_status`` is
+    :data:`KEPT`: the walk did not see it (the settle check leaves it out, and a forced run does
+    not replace its shard whole, which would drop its rows)."""
+    row = dict(prev) | {"walk_status": KEPT}
     if row["status"] == "ok" and committed(row, state, fp):
         row["action"] = "unchanged"
         counts.files_unchanged += 1

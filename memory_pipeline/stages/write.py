@@ -32,6 +32,7 @@ from memory_pipeline.models import (
     DELETIONS_SCHEMA,
     EXTRACTION_STATUS_SCHEMA,
     INDEXED_STATE_SCHEMA,
+    KEPT,
     MANIFEST_SCHEMA,
     embeddings_schema,
 )
@@ -209,6 +210,9 @@ def write_vectors(
         # column: those are held through the shard's commits and folds.
         hashes = _arrow(manifests, shard, _HASH_SCHEMA)
         sha256_of = dict(zip(hashes.column("doc_id").to_pylist(), hashes.column("sha256").to_pylist()))
+        # Files kept unseen (a folder that cannot be listed, a missing source): a forced run keeps
+        # their rows and records, so it cannot clear the shard and write it again whole.
+        keeps = KEPT in hashes.column("walk_status").to_pylist()
         del hashes
         # The side records are read where they are (the stages before amended them in place).
         ext_status = data.read("extracted_content", shard, EXTRACTION_STATUS_SCHEMA, ".status")
@@ -231,7 +235,7 @@ def write_vectors(
         # The rows are built and committed a slice of files at a time, never the whole shard at
         # once: a shard holds a sixteenth of the folder, and at 1M chunks one shard's rows built
         # at once took the run's resident size from ~900 MB to ~1,580 MB at each shard's write.
-        whole = force and not waiting
+        whole = force and not waiting and not keeps
         if whole:
             every_file = _row_parts(vectors, waiting, settings, ident, now, lambda piece, _last: piece.column("doc_id").to_pylist())
             counts = store.replace_shard((part for _, part in every_file), shard)
@@ -440,7 +444,7 @@ def _row_groups(frames: Mapping[str, pl.DataFrame], shard: str) -> int | None:
 # The chunks' columns the table's rows are made of (not the text as embedded, nor the media file).
 ROW_SOURCE_SCHEMA = pa.schema([f for f in CHUNKS_SCHEMA if f.name not in ("embed_text", "media_file")])
 # The manifest's columns the shard's record takes: which file, its content hash.
-_HASH_SCHEMA = pa.schema([MANIFEST_SCHEMA.field("doc_id"), MANIFEST_SCHEMA.field("sha256")])
+_HASH_SCHEMA = pa.schema([MANIFEST_SCHEMA.field("doc_id"), MANIFEST_SCHEMA.field("sha256"), MANIFEST_SCHEMA.field("walk_status")])
 # The chunks' keys: which file, which text.
 _KEYS_SCHEMA = pa.schema([CHUNKS_SCHEMA.field("doc_id"), CHUNKS_SCHEMA.field("content_hash")])
 

@@ -203,35 +203,46 @@ def test_the_rows_of_a_file_whose_name_a_shown_name_takes_over_are_removed_when_
 def test_a_folder_that_cannot_be_listed_keeps_the_rows_of_its_files(tmp_path: Path):
     """A folder this user cannot list (chmod 000, a disk error) was walked as empty: every file under
     it counted as deleted and its rows went (the source folder itself unlistable: the whole table).
-    Its files are now kept as a missing source's are, the folder is reported with the real reason
-    (a double close of a descriptor had turned it into "Bad file descriptor"), and once it can be
-    listed again nothing is re-indexed."""
+    Its files are now kept as a missing source's are, also by a forced run (which had cleared their
+    shard) and under a folder that can be listed but not entered (mode 644: each entry's stat
+    fails), the folder is reported with the real reason (a double close of a descriptor had turned
+    it into "Bad file descriptor"), and once it can be listed again nothing is re-indexed."""
     mem = tmp_path / "mem"
-    (mem / "sub").mkdir(parents=True)
+    (mem / "sub" / "deeper").mkdir(parents=True)
     (mem / "kiln.md").write_text("# Kiln\n\nThe kiln reached cone ten on the glaze firing.\n")
     (mem / "sub" / "otter.md").write_text("# Otters\n\nThe river otter census counted forty animals.\n")
+    (mem / "sub" / "deeper" / "heron.md").write_text("# Herons\n\nA grey heron nests by the weir.\n")
     cfg = write_config(tmp_path / "memory_pipeline.yaml")
     first = run_json("index", "--config", str(cfg), "--json")
-    assert first["table_rows"] == 2, first
+    assert first["table_rows"] == 3, first
+    every = {"kiln.md", "sub/otter.md", "sub/deeper/heron.md"}
     for path in tmp_path.rglob("*"):  # the unprivileged child may read and write the rest
         path.chmod(0o777 if path.is_dir() else 0o666)
     tmp_path.chmod(0o777)
     try:
-        for locked in (mem / "sub", mem):
-            locked.chmod(0)
-            run = run_json("index", "--config", str(cfg), "--json", honor_permissions=True)
+        for locked, mode, force, why in (
+            (mem / "sub", 0, False, "cannot list folder: Permission denied"),
+            (mem / "sub", 0, True, "cannot list folder: Permission denied"),
+            (mem / "sub", 0o644, False, "cannot stat: Permission denied"),
+            (mem, 0, False, "cannot list folder: Permission denied"),
+        ):
+            locked.chmod(mode)
+            run = run_json("index", "--config", str(cfg), "--json", *(["--force"] if force else []), honor_permissions=True)
             locked.chmod(0o777)
-            assert run["files_deleted"] == 0 and run["rows_deleted"] == 0 and run["table_rows"] == 2, run
+            assert run["files_deleted"] == 0 and run["rows_deleted"] <= 1 and run["table_rows"] == 3, (locked, mode, force, run)
             reasons = [e["reason"] for e in run["errors"]]
-            assert any("cannot list folder" in r and "Permission denied" in r for r in reasons), reasons
-            assert {r["path"] for r in table_rows(tmp_path / "index", columns=("path",))} == {"kiln.md", "sub/otter.md"}
+            assert any(why in r for r in reasons), reasons
+            assert {r["path"] for r in table_rows(tmp_path / "index", columns=("path",))} == every, (locked, mode, force)
     finally:
         for locked in (mem, mem / "sub"):
             locked.chmod(0o777)
-    hits = run_json("search", "river otter census", "--config", str(cfg), "--json")["results"]
-    assert hits and hits[0]["path"].endswith("sub/otter.md"), hits[:2]
+    for query, name in (("river otter census", "sub/otter.md"), ("grey heron weir", "sub/deeper/heron.md")):
+        hits = run_json("search", query, "--config", str(cfg), "--json")["results"]
+        assert hits and hits[0]["path"].endswith(name), hits[:2]
     again = run_json("index", "--config", str(cfg), "--json")
-    assert again["chunks_embedded"] == 0 and again["rows_written"] == 0 and again["table_rows"] == 2, again
+    assert again["chunks_embedded"] == 0 and again["rows_written"] == 0 and again["table_rows"] == 3, again
+    settled = run_json("index", "--config", str(cfg), "--json")
+    assert settled["files_changed"] == 0 and settled["rows_written"] == 0, settled
 
 
 def test_a_data_folder_inside_the_source_is_never_indexed(tmp_path: Path):
