@@ -128,11 +128,11 @@ class TextLeg:
         heaviest term: holding either in full is one full match of the clause."""
         w = self.weights
         total = sum(w.values())
-        for group in self.alternatives:
+        for group in self.alternatives:  # disjoint (``ParsedQuery.alternatives``)
             present = [w[k] for k in group if k in w]
             if len(present) > 1:
                 total -= sum(present) - max(present)
-        return total
+        return max(total, max(w.values(), default=0.0))
 
     def doc_terms(self, doc_id: str) -> dict[str, float]:
         return self._docs.get(doc_id, {})

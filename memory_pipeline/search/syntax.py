@@ -123,12 +123,18 @@ class ParsedQuery:
         several terms (``Horatio OR Priya``): the full-text leg counts such a clause once, as its
         best-weighted term, so a document holding either in full holds the whole clause."""
         words = set(self.words)
-        out = []
+        groups: list[set[str]] = []
         for c in self.positive:
-            keys = [t.raw if t.kind == "word" else '"' + t.text + '"' for t in c.terms if (t.kind == "word" and t.raw in words) or t.kind == "phrase"]
-            if len(set(keys)) > 1:
-                out.append(tuple(dict.fromkeys(keys)))
-        return tuple(out)
+            keys = {t.raw if t.kind == "word" else '"' + t.text + '"' for t in c.terms if (t.kind == "word" and t.raw in words) or t.kind == "phrase"}
+            if len(keys) < 2:
+                continue
+            # Clauses that share a term are one group (``a OR b b OR c``, a clause typed twice):
+            # each term counted once, so the groups never take more than the terms' sum away.
+            for g in [g for g in groups if g & keys]:
+                keys |= g
+                groups.remove(g)
+            groups.append(keys)
+        return tuple(tuple(sorted(g)) for g in groups)
 
     @cached_property
     def phrases(self) -> tuple[Term, ...]:

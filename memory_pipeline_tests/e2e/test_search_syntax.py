@@ -164,3 +164,24 @@ def test_searcher_answers_syntax_through_the_python_api(fts_only):
     searcher = MemorySearcher(fts_only)
     opts = searcher.options(mode="fts", min_score=0.0, max_results=5)
     assert [Path(r.path).name for r in searcher.search("scann* -printer", opts)] == ["vectors.md"]
+
+
+@pytest.mark.parametrize(
+    ("query", "weights", "total"),
+    [
+        ("Horatio OR walrus", {"Horatio": 5.0, "walrus": 4.0}, 5.0),
+        ("Horatio OR walrus walrus OR Horatio", {"Horatio": 5.0, "walrus": 4.0}, 5.0),  # a clause typed twice
+        ("a1 OR b1 a1 OR b1 a1 OR b1", {"a1": 5.0, "b1": 4.0}, 5.0),
+        ("cat OR dog dog OR fish fish OR cat", {"cat": 5.0, "dog": 4.0, "fish": 4.5}, 5.0),  # chained: one group
+        ("cat OR dog kiln", {"cat": 5.0, "dog": 4.0, "kiln": 2.0}, 7.0),
+        ("duty manager", {"duty": 1.0, "manager": 2.0}, 3.0),
+    ],
+)
+def test_or_clauses_that_share_terms_are_counted_once(query: str, weights: dict, total: float):
+    """Clauses sharing a term had each taken their own share off the total: repeated or chained OR
+    clauses drove it to 1, 0 or below (every note then full strength, or none above min_score)."""
+    from memory_pipeline.search.fulltext import TextLeg
+
+    leg = TextLeg(alternatives=parse_query(query).alternatives)
+    leg.weights = dict(weights)
+    assert leg.total == total
