@@ -254,10 +254,36 @@ def _started_at(pid: int) -> str | None:
         return None
 
 
-def this_process() -> str:
+def _machine() -> str:
+    """This host, boot and PID namespace: where a pid names this process and no other. A container
+    sharing the host's name (``--network host``) has its own pids, and a reboot starts them again."""
     import socket
 
-    return f"{socket.gethostname()}:{os.getpid()}:{_started_at(os.getpid()) or ''}"
+    def read(how, path: str) -> str:
+        try:
+            return "".join(c for c in how(path) if c.isalnum() or c == "-")
+        except OSError:
+            return ""
+
+    return f"{socket.gethostname()}/{read(lambda p: open(p).read(), '/proc/sys/kernel/random/boot_id')}/{read(os.readlink, '/proc/self/ns/pid')}"
+
+
+def this_process() -> str:
+    return f"{_machine()}:{os.getpid()}:{_started_at(os.getpid()) or ''}"
+
+
+def _gone(pid: int, started: str) -> bool:
+    """Whether process ``pid`` that started at ``started`` is gone (not merely hidden from us)."""
+    now = _started_at(pid)
+    if now is not None:
+        return bool(started) and now != started  # the pid is another process's now
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False  # another user's, hidden from /proc (hidepid): alive
+    return False  # there, though /proc did not show it: leave it
 
 
 def close_dead_runs(instance) -> list[str]:
@@ -270,17 +296,15 @@ def close_dead_runs(instance) -> list[str]:
 
     if _started_at(os.getpid()) is None:
         return []  # no /proc here: a live process could not be told from a gone one
-    host = socket.gethostname()
+    machine = _machine()
     closed = []
     for run in instance.get_runs(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.STARTING]), limit=100):
-        owner = run.tags.get(PROCESS_TAG, "")
-        parts = owner.split(":")
-        if len(parts) != 3 or parts[0] != host or not parts[1].isdigit():
-            continue
-        started = _started_at(int(parts[1]))
-        if started is not None and (started == parts[2] or not parts[2]):
-            continue  # still running (or a process we cannot tell apart from it)
-        instance.report_run_failed(run, message=f"its process ({parts[1]} on {host}) ended without finishing the run (killed); the next run redid its work")
+        parts = run.tags.get(PROCESS_TAG, "").split(":")
+        if len(parts) != 3 or parts[0] != machine or not parts[1].isdigit() or not _gone(int(parts[1]), parts[2]):
+            continue  # another machine's, container's or boot's (not ours to judge), or alive
+        instance.report_run_failed(
+            run, message=f"its process ({parts[1]} on {socket.gethostname()}) ended without finishing the run (killed); the next run redid its work"
+        )
         closed.append(run.run_id)
     return closed
 

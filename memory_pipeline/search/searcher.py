@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import re
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -304,6 +305,9 @@ class FlatVectors:
         return None if i is None else self.matrix[i]
 
 
+_LANCE_ERROR = re.compile(r"lance|object.?store|\.lance\b|_versions|manifest", re.IGNORECASE)
+
+
 def _table_errors(method):
     """LanceDB's errors reading the table (``RuntimeError``/``OSError`` from its Rust core: a data
     file truncated or missing) as a ``StoreError``: the index cannot answer (HTTP 503, one line on
@@ -314,7 +318,9 @@ def _table_errors(method):
         try:
             return method(*args, **kwargs)
         except (RuntimeError, OSError) as err:
-            if isinstance(err, MemoryPipelineError):  # ObjectStoreError: already ours
+            # Only LanceDB's own (its messages name it): a model's error (torch's out of memory is a
+            # RuntimeError) or a query image that cannot be opened is not a damaged table.
+            if isinstance(err, MemoryPipelineError) or not _LANCE_ERROR.search(str(err)):
                 raise
             raise StoreError(f"the table could not be read: {err}", hint="if its files are damaged, rebuild it: memory index --force") from err
 

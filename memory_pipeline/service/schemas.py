@@ -101,7 +101,7 @@ class NoteResponse(BaseModel):
     doc_id: str
     bytes: int
     indexed: bool
-    reason: str | None = Field(None, description="why the note is not indexed (its answer is then a 422)")
+    reason: str | None = Field(None, description="why the note is not indexed (written all the same: indexed is false)")
     run: dict[str, Any] | None = None
 
 
