@@ -194,15 +194,15 @@ def _flow(value: Any) -> str:
 
 
 def _edit_in_place(text: str, parts: list[Part], value: Any, root: Any) -> str | None:
-    node, depth = root, 0
+    node, depth, key = root, 0, None
     for part in parts:
         if isinstance(part, int) and isinstance(node, yaml.SequenceNode) and part < len(node.value):
-            node = node.value[part]
+            node, key = node.value[part], None
         elif isinstance(part, str) and isinstance(node, yaml.MappingNode):
-            match = [v for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == part]
+            match = [(k, v) for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == part]
             if not match:
                 break
-            node = match[0]
+            key, node = match[0]
         else:
             return None
         depth += 1
@@ -213,11 +213,13 @@ def _edit_in_place(text: str, parts: list[Part], value: Any, root: Any) -> str |
                 return None
             return text[:start] + _flow(value) + text[end:]
         if node.value:
-            # A whole block section (``query: {}``, ``sources: [...]``): its text, from its first key
-            # or item to the end of its last value, becomes the value in flow style. Its own comments
-            # go with the values they described; every other line stays (the file was written out
-            # again, losing every comment, the shipped file's commented-out help included).
-            return text[: node.start_mark.index] + _flow(value) + text[_last_value_end(node) :]
+            # A whole block section (``query: {}``, ``sources: [...]``): its text, from its key's
+            # colon (an item's first key in a list) to the end of its last value, becomes the value
+            # in flow style on that line. Its own comments go with the values they described; every
+            # other line stays (the file was written out again, losing every comment, the shipped
+            # file's commented-out help included).
+            start = text.index(":", key.end_mark.index) + 1 if key is not None else node.start_mark.index
+            return text[:start] + (" " if key is not None else "") + _flow(value) + text[_last_value_end(node, text) :]
         return None
     # Add the missing keys under the deepest block mapping that exists.
     if not isinstance(node, yaml.MappingNode) or node.flow_style or not node.value:
@@ -235,12 +237,16 @@ def _edit_in_place(text: str, parts: list[Part], value: Any, root: Any) -> str |
     return head + "\n".join(lines) + "\n" + text[cut:]
 
 
-def _last_value_end(node: Any) -> int:
+def _last_value_end(node: Any, text: str) -> int:
     """Where the last value of a block collection ends: its last scalar or flow value's end, not
-    the collection's own end mark (which is the next key's start, comments and blank lines between)."""
+    the collection's own end mark (which is the next key's start, comments and blank lines between),
+    and before the line breaks a block scalar (``|``, ``>``) takes as its own."""
     while isinstance(node, (yaml.MappingNode, yaml.SequenceNode)) and not node.flow_style and node.value:
         node = node.value[-1][1] if isinstance(node, yaml.MappingNode) else node.value[-1]
-    return node.end_mark.index
+    end = node.end_mark.index
+    while end > node.start_mark.index and text[end - 1] == "\n":
+        end -= 1
+    return end
 
 
 def _write_atomically(path: Path, text: str) -> None:

@@ -107,6 +107,27 @@ def test_set_of_a_whole_section_keeps_every_other_comment(shipped: Path, key: st
 
 
 @pytest.mark.parametrize(
+    ("layout", "key", "value"),
+    [
+        ("sources:\n- name: notes  # a compact list\n  path: notes\nprovider: local  # kept\n", "sources", "[{name: mem, path: notes}]"),
+        ("sources:\n  - name: notes\n    path: >-\n      notes\nprovider: local  # kept\n", "sources", "[{name: mem, path: notes}]"),
+        ("sources:\n  - name: notes\n    path: notes\nquery:\n  min_score: 0.4\n  mmr_lambda: 0.5\nmodel: null  # kept\n", "query", "{}"),
+    ],
+)
+def test_set_of_a_section_in_other_layouts_keeps_the_comments(tmp_path: Path, layout: str, key: str, value: str):
+    """A compact list (``sources:`` then ``- name``) or a section that ends in a block scalar gave
+    YAML that did not parse (``sources:\n[...]``, ``{}provider:``), so the file was written out again."""
+    cfg = tmp_path / "memory_pipeline.yaml"
+    (tmp_path / "notes").mkdir()
+    cfg.write_text(layout)
+    proc = config("set", key, value, cfg=cfg)
+    assert proc.returncode == 0 and "[WARN]" not in proc.stderr, proc.stderr
+    text = cfg.read_text()
+    assert "# kept" in text, text
+    assert yaml.safe_load(text)[key] == yaml.safe_load(value)
+
+
+@pytest.mark.parametrize(
     ("key", "value", "fragment"),
     [
         ("chunking.tokens", "10", "chunking.tokens must be between 32 and 8192"),
