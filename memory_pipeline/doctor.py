@@ -19,6 +19,11 @@ from memory_pipeline.settings import REMOTE_PROVIDERS, Settings, load_settings
 PROBE_TEXT = "memory doctor: a short test sentence to embed"
 
 
+_UNLOCKED_FIX = (
+    "run `memory doctor` as the user who owns the data folder (a run of theirs may have been writing it); if it says the same, delete the file there"
+)
+
+
 def _check(name: str, status: str, detail: str, fix: str = "", **extra) -> dict:
     return {"name": name, "status": status, "detail": detail, "fix": fix, **extra}
 
@@ -161,6 +166,10 @@ def _cache(settings: Settings) -> dict:
             return _check("cache", "ok", f"empty (created by the first index run at {path})")
     except OSError as err:  # a folder on the way this user cannot enter
         return _check("cache", "fail", f"{path}: {err.strerror or err}", f"check the permissions of {path.parent} and the folders above it")
+    # Where this user cannot write the folder, the cache is read as it is on disk (SQLite's
+    # ``immutable``): a run of the user who owns it may be half-way through a write, which reads as
+    # damage. Deleting it is then for its owner to decide, after a check of their own.
+    unlocked = not os.access(path.parent, os.W_OK)
     try:
         conn = open_readonly(path)
         try:
@@ -169,6 +178,8 @@ def _cache(settings: Settings) -> dict:
         finally:
             conn.close()
     except sqlite3.Error as err:
+        if damaged(err) and unlocked:
+            return _check("cache", "fail", f"{path}: {err} (read without locks: its folder is read-only to this user)", _UNLOCKED_FIX)
         if damaged(err):
             return _check("cache", "fail", f"{path}: {err}", "delete the file: vectors are recomputed on the next run")
         # Locked, unreadable, a failing disk: the cache may be fine; deleting it would not help.
@@ -176,6 +187,8 @@ def _cache(settings: Settings) -> dict:
             "cache", "fail", f"{path}: {err}", f"check the permissions and the disk of {path.parent}, and that no other process holds the file locked"
         )
     if ok != "ok":
+        if unlocked:
+            return _check("cache", "fail", f"{path}: integrity check says {ok} (read without locks: its folder is read-only to this user)", _UNLOCKED_FIX)
         return _check("cache", "fail", f"{path}: integrity check says {ok}", "delete the file: vectors are recomputed on the next run")
     status = "warn" if entries > settings.cache.max_entries else "ok"
     return _check("cache", status, f"{entries} entries (max {settings.cache.max_entries})", "" if status == "ok" else "the next run prunes it")

@@ -344,3 +344,25 @@ def test_serve_with_a_port_out_of_range_is_a_usage_error(tmp_path: Path, port: s
     """``memory serve --port 99999`` printed "unexpected error: OverflowError … a bug", exit 1."""
     proc = run_cli("serve", "--port", port, "--config", str(tmp_path / "none.yaml"))
     assert proc.returncode == 2 and "--port" in proc.stderr and "a bug" not in proc.stderr, proc.stderr
+
+
+def test_doctor_does_not_advise_deleting_a_cache_it_read_without_locks(indexed: Path, tmp_path: Path):
+    """In a data folder this user cannot write, the cache is read as it is on disk (immutable): a
+    run of its owner may be half-way through a write, which reads as damage. Doctor told this user
+    to delete the file; it now says to check as the owner first."""
+    shutil.copytree(indexed.parent, tmp_path / "copy")
+    cfg, data = tmp_path / "copy" / indexed.name, tmp_path / "copy" / "index"
+    cache = next(data.rglob("embeddings.sqlite"))
+    raw = bytearray(cache.read_bytes())
+    raw[4096:8192] = b"\x00" * min(4096, max(0, len(raw) - 4096))  # a page torn mid-write
+    cache.write_bytes(bytes(raw))
+    for side in cache.parent.glob("embeddings.sqlite-*"):
+        side.unlink()
+    _read_only_tree(data)
+    try:
+        proc = run_cli("doctor", "--config", str(cfg), "--json", honor_permissions=True)
+        [check] = [c for c in json.loads(proc.stdout)["checks"] if c["name"] == "cache"]
+        assert check["status"] == "fail" and "read without locks" in check["detail"], check
+        assert "as the user who owns the data folder" in check["fix"], check
+    finally:
+        _writable_tree(data)
