@@ -331,7 +331,7 @@ def _log_stderr(msg: str) -> None:
 
 
 def cmd_scan(args) -> int:
-    from memory_pipeline.discovery import INDEXED_MODALITIES, MEDIA_MODALITIES, assess, utf8_problem, walk_all
+    from memory_pipeline.discovery import INDEXED_MODALITIES, MEDIA_MODALITIES, assess, missing_sources, utf8_problem, walk_all
 
     settings = _settings(args)
     files = []
@@ -362,11 +362,7 @@ def cmd_scan(args) -> int:
     n_media = sum(1 for f in ok if f["modality"] in MEDIA_MODALITIES)
     problems = [f for f in files if f["status"] != "ok"]
     # A source folder that is not there (an unmounted disk, a typo) holds nothing: say so, or "Found 0" misleads.
-    missing = [
-        {"source": src.name, "path": str(src.path), "reason": "is not a folder" if src.path.exists() else "not found"}
-        for src in settings.sources
-        if not src.path.is_dir()
-    ]
+    missing = [{"source": src.name, "path": str(src.path), "reason": why} for src, why in missing_sources(settings)]
     for m in missing:
         print(f"[WARN] source {shown(m['source'])}: {shown(m['path'])} {m['reason']}: nothing scanned there", file=sys.stderr)
     if args.json:

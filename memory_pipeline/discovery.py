@@ -327,6 +327,13 @@ def forget_name_checks() -> None:
         _secret_in_name.cache_clear()
 
 
+def missing_sources(settings: Settings) -> list[tuple[SourceConfig, str]]:
+    """The sources whose folder is not there (an unmounted disk, a typo), each with why: ``not
+    found`` or ``is not a folder``. The walk yields nothing for them; the rows indexed from them are
+    kept (``stages.discover``), and ``scan`` and ``doctor`` say so."""
+    return [(s, "is not a folder" if s.path.exists() else "not found") for s in settings.sources if not s.path.is_dir()]
+
+
 def walk_all(settings: Settings) -> Iterator[DiscoveredFile]:
     own = own_folders(settings)
     for source in settings.sources:

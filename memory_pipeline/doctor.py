@@ -46,13 +46,15 @@ def run_doctor(config: str | None) -> dict:
 
 
 def _sources(settings: Settings) -> list[dict]:
-    out = []
-    for src in settings.sources:
-        if src.path.is_dir():
-            out.append(_check(f"source {src.name}", "ok", str(src.path)))
-        else:
-            out.append(_check(f"source {src.name}", "warn", f"{src.path} is not a folder (its rows are kept)", "mount the disk or fix sources[].path"))
-    return out
+    from memory_pipeline.discovery import missing_sources
+
+    missing = dict((src.name, why) for src, why in missing_sources(settings))
+    return [
+        _check(f"source {src.name}", "warn", f"{src.path} {missing[src.name]} (its rows are kept)", "mount the disk or fix sources[].path")
+        if src.name in missing
+        else _check(f"source {src.name}", "ok", str(src.path))
+        for src in settings.sources
+    ]
 
 
 def _keys() -> list[dict]:

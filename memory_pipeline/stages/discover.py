@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 
 from memory_pipeline import storage
 from memory_pipeline.changes import EmbeddingIdentity, committed, decide, file_sha256, fingerprint, same_stat
-from memory_pipeline.discovery import DiscoveredFile, assess, forget_name_checks, shard_of, walk_all
+from memory_pipeline.discovery import DiscoveredFile, assess, forget_name_checks, missing_sources, shard_of, walk_all
 from memory_pipeline.errors import StoreError
 from memory_pipeline.models import DELETIONS_SCHEMA, INDEXED_STATE_SCHEMA, KEPT, MANIFEST_SCHEMA, frame_of
 from memory_pipeline.settings import Settings
@@ -183,13 +183,10 @@ def discover(
             by_shard[f.shard].append(f)
     # The walk's name checks were for this walk (and the settle's before it): the stages after it need none.
     forget_name_checks()
-    for s in settings.sources:
-        if s.path.is_dir():
-            continue
+    for s, why in missing_sources(settings):
         unseen[s.name].append("")
         shard = shard_of(s.name, "")
         if shard in wanted:
-            why = "is not a folder" if s.path.exists() else "not found"
             by_shard[shard].append(DiscoveredFile(s.name, "", str(s.path), shard, 0, 0, 0, "failed", f"source folder {why}; its indexed rows are kept"))
     for shard in shards:
         prev = {r["doc_id"]: r for r in data.read("source_files", shard, MANIFEST_SCHEMA).to_pylist()}
