@@ -40,11 +40,16 @@ class OutputFailed(Exception):
     Python's own exit gives for output it cannot flush."""
 
 
+_JSON_PRINTED = False  # whether this command has printed its JSON object (main prints one on failure if not)
+
+
 def _print_json(obj) -> None:
+    global _JSON_PRINTED
     text = json.dumps(obj, indent=2, ensure_ascii=False, default=str) + "\n"
     if sys.stdout is None:  # the process was started with stdout closed (`>&-`)
         raise OutputFailed("standard output is closed")
     try:
+        _JSON_PRINTED = True
         sys.stdout.write(text)
         sys.stdout.flush()  # now, so that a failure is told apart from one of the data folder's disk
     except BrokenPipeError:
@@ -938,6 +943,8 @@ def main(argv: list[str] | None = None, *, hooks=None) -> int:
     _warnings_to_stderr()
     if getattr(args, "command", None) == "eval" and args.mode is None:
         args.mode = ["hybrid,vector,fts"]
+    global _JSON_PRINTED
+    _JSON_PRINTED = False
     try:
         return args.func(args)
     except UsageError as err:
@@ -948,10 +955,12 @@ def main(argv: list[str] | None = None, *, hooks=None) -> int:
         print(f"[ERROR] could not write the output: {err}", file=sys.stderr)
         return 120
     except MemoryPipelineError as err:
+        _json_failure(args, str(err), err.hint or "")
         hint = f" ({err.hint})" if err.hint else ""
         print(f"[ERROR] {shown(err)}{shown(hint)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
+        _json_failure(args, INTERRUPTED, interrupted=True)
         print(f"[ERROR] {INTERRUPTED}", file=sys.stderr)
         return 130
     except BrokenPipeError:
@@ -963,6 +972,7 @@ def main(argv: list[str] | None = None, *, hooks=None) -> int:
         # the object store's errors that are told apart are StoreErrors): what failed, on one line.
         from memory_pipeline.storage import one_line
 
+        _json_failure(args, one_line(f"{type(err).__name__}: {err}", 500), "a file or storage error: check the data folder's disk and permissions")
         print(
             f"[ERROR] {shown(one_line(f'{type(err).__name__}: {err}', 500))} (a file or storage error: check the data folder's disk and permissions, or the object store's address and credentials)",
             file=sys.stderr,
@@ -973,13 +983,29 @@ def main(argv: list[str] | None = None, *, hooks=None) -> int:
 
         disk = disk_failure(err)
         if disk is not None:  # a SQLite file of the data folder (Dagster's instance, the cache): not a bug
+            _json_failure(args, _disk_failed(getattr(args, "loaded_settings", None), disk))
             print(f"[ERROR] {shown(_disk_failed(getattr(args, 'loaded_settings', None), disk))}", file=sys.stderr)
             return 1
+        _json_failure(args, f"unexpected error: {type(err).__name__}: {err}", "a bug in memory_pipeline: please report it with the command you ran")
         print(
             f"[ERROR] unexpected error: {type(err).__name__}: {shown(err)} (a bug in memory_pipeline: please report it with the command you ran)",
             file=sys.stderr,
         )
         return 1
+
+
+def _json_failure(args, message: str, hint: str = "", *, interrupted: bool = False) -> None:
+    """A `--json` command that fails before printing its object prints this one instead: scripts and
+    agents parse stdout, and an empty one tells them nothing (the `[ERROR]` line still goes to
+    stderr, and the exit status is the same). Never a second object, and never when stdout is what
+    failed. A usage error (exit 2: a bad option, found before the command runs) prints nothing there."""
+    if not getattr(args, "json", False) or _JSON_PRINTED:
+        return
+    obj: dict = {"ok": False, "error": message, "hint": hint}
+    if interrupted:
+        obj["interrupted"] = True
+    with contextlib.suppress(OutputFailed, BrokenPipeError, ValueError):
+        _print_json(obj)
 
 
 def _disk_failed(settings, err: BaseException) -> str:

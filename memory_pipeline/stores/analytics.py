@@ -49,7 +49,7 @@ DUCKDB_MEMORY_LIMIT = "128MB"
 DUCKDB_CHECKPOINT = "1MB"
 DUCKDB_ALLOCATOR_FLUSH = "256KB"
 ROWS_BATCH = 8_192
-SCHEMA_VERSION = 2  # of the database's tables: a change rebuilds every cached database
+SCHEMA_VERSION = 3  # of the database's tables: a change rebuilds every cached database
 # The columns of the ledgers' tables before their first line (then: every key of the lines).
 USAGE_COLUMNS = 'run_id VARCHAR, provider VARCHAR, model VARCHAR, chunks BIGINT, tokens BIGINT, batch BOOLEAN, est_usd DOUBLE, "at" VARCHAR'
 RUNS_COLUMNS = "run_id VARCHAR, finished_at VARCHAR, files_seen BIGINT, files_changed BIGINT, table_rows BIGINT, errors BIGINT"
@@ -98,7 +98,9 @@ CREATE TABLE coverage AS
 WITH files AS (
     SELECT source, coalesce(nullif(modality, ''), 'unknown') AS modality,
            count(*) AS files_discovered,
-           count(*) FILTER (WHERE discovery_status = 'ok') AS files_indexable,
+           -- every file not skipped by rule: one that failed before extraction (unreadable, content
+           -- not what its name says) was asked for and is missing, so it counts against coverage
+           count(*) FILTER (WHERE discovery_status <> 'skipped') AS files_indexable,
            count(*) FILTER (WHERE state = 'indexed') AS files_indexed,
            count(*) FILTER (WHERE state = 'skipped') AS files_skipped,
            count(*) FILTER (WHERE state = 'failed') AS files_failed,

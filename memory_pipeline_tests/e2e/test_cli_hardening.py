@@ -105,6 +105,36 @@ def test_index_json_with_a_missing_config_prints_one_object(tmp_path: Path):
     assert out["error"] in line
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["search", "kiln"], ["status"], ["analytics"], ["analytics", "--sql", "SELECT 1"], ["scan"],
+        ["generations"], ["config", "show"], ["store", "--file", "x.md"],
+        ["eval", "--corpus", "c.jsonl", "--queries", "q.jsonl", "--qrels", "r.tsv"],
+    ],
+    ids=lambda argv: " ".join(argv[:2]),
+)
+def test_every_json_command_prints_one_object_when_it_fails(tmp_path: Path, argv: list[str]):
+    """Scripts and agents parse stdout: a `--json` command that fails (here: its config file is not
+    there) prints `{"ok": false, "error", "hint"}`, beside the one `[ERROR]` line and exit 1. Before,
+    only `index` did; every other command printed nothing on stdout. (`doctor --json` reports a
+    config that does not load as its failed `config` check.)"""
+    for name in ("c.jsonl", "q.jsonl", "r.tsv"):
+        (tmp_path / name).write_text("")
+    proc = run_cli(*argv, "--config", str(tmp_path / "nonexistent.yaml"), "--json", cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    line = _one_line_error(proc.stderr)
+    out = json.loads(proc.stdout)
+    assert out == {"ok": False, "error": f"config file not found: {tmp_path / 'nonexistent.yaml'}", "hint": out["hint"]}, out
+    assert out["error"] in line and out["hint"] and out["hint"] in line
+
+
+def test_a_json_usage_error_prints_nothing_on_stdout(tmp_path: Path):
+    cfg = write_config(tmp_path / "memory_pipeline.yaml", provider="none")
+    proc = run_cli("search", "kiln", "--config", str(cfg), "--json", "--since", "2026-05-01", "--until", "2026-04-01")
+    assert proc.returncode == 2 and proc.stdout == "" and "--since" in proc.stderr, proc.stderr
+
+
 @pytest.mark.slow
 def test_index_json_interrupted_before_the_run_prints_one_object(tmp_path: Path):
     cfg = _sample(tmp_path)

@@ -170,3 +170,23 @@ def test_analytics_builds_a_missing_database_and_says_when_nothing_is_indexed(tm
     err = broken.stderr.strip()
     assert broken.returncode == 1 and err.startswith("[ERROR] cannot build the analytics database: ") and damaged.name in err, err
     assert len(err.splitlines()) == 1 and "Traceback" not in err and "`memory index` repairs" in err, err
+
+
+def test_coverage_counts_files_that_failed_before_extraction(tmp_path: Path):
+    """A file that fails at discovery (a PNG named `.txt`, which is not the text its name claims) is a
+    file the user asked to index and did not get: it lowers coverage like a file that failed to
+    extract. Before, only files that passed discovery counted, so a kind of file of which every one
+    failed (here: the image files, as the content says) showed coverage 1.0."""
+    mem = tmp_path / "mem"
+    mem.mkdir()
+    (mem / "note.md").write_text("# Day\n\nThe kiln reached 900 degrees.\n")
+    (mem / "scan.txt").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 64)
+    cfg = write_config(tmp_path / "memory_pipeline.yaml", provider="none", checks={"min_coverage": 0.9})
+    summary = run_json("index", "--config", str(cfg), "--json")
+    assert [(Path(e["path"]).name, e["status"]) for e in summary["errors"]] == [("scan.txt", "failed")], summary["errors"]
+    rows = run_json("analytics", "--config", str(cfg), "--json", "--sql", "SELECT modality, files_indexable, files_indexed, files_failed, coverage FROM coverage")["rows"]
+    by = {r["modality"]: r for r in rows}
+    assert by["image"] == {"modality": "image", "files_indexable": 1, "files_indexed": 0, "files_failed": 1, "coverage": 0.0}, rows
+    assert by["markdown"]["coverage"] == 1.0
+    out = run_json("analytics", "--config", str(cfg), "--json")
+    assert [(f["kind"], f["path"]) for f in out["problem_files"]] == [("failed", "scan.txt")]
