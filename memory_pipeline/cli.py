@@ -214,6 +214,8 @@ def cmd_search(args) -> int:
         recency_half_life_days=args.recency_half_life,
         query_media=media,
     )
+    if not results:
+        _warn_if_nothing_indexed(settings)
     if args.json:
         _print_json({"query": args.query, "results": [r.to_json() for r in results]})
         return 0
@@ -226,6 +228,22 @@ def cmd_search(args) -> int:
     marks = ("\033[1m", "\033[0m") if sys.stdout.isatty() else ("**", "**")
     print(render_results(results, marks))
     return 0
+
+
+def _warn_if_nothing_indexed(settings) -> None:
+    """An empty answer from a folder never indexed (or whose table is gone) is not "nothing relevant":
+    say so on stderr (the answer and exit status stay those of an empty search)."""
+    from memory_pipeline import storage
+    from memory_pipeline.stores import generations
+    from memory_pipeline.stores.lance import VectorStore
+
+    try:
+        table_name, _ = generations.current(settings)
+        if VectorStore(settings.lancedb_uri, table_name).open() is not None:
+            return
+    except Exception:  # noqa: BLE001 - only a hint: the search itself has answered
+        return
+    print(f"[WARN] nothing is indexed at {storage.of(settings).location} yet: run `memory index` first", file=sys.stderr)
 
 
 def _file_queries(args, settings) -> list[str]:

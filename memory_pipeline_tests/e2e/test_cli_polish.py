@@ -190,3 +190,20 @@ def test_coverage_counts_files_that_failed_before_extraction(tmp_path: Path):
     assert by["markdown"]["coverage"] == 1.0
     out = run_json("analytics", "--config", str(cfg), "--json")
     assert [(f["kind"], f["path"]) for f in out["problem_files"]] == [("failed", "scan.txt")]
+
+
+def test_search_of_a_folder_never_indexed_says_so(tmp_path: Path):
+    """An empty answer from a folder never indexed is not "nothing relevant": a warning on stderr says
+    to run `memory index` (the answer and exit 0 stay those of an empty search); none once indexed."""
+    mem = tmp_path / "mem"
+    mem.mkdir()
+    (mem / "note.md").write_text("# Day\n\nThe kiln reached 900 degrees.\n")
+    cfg = write_config(tmp_path / "memory_pipeline.yaml", provider="none")
+    for extra in ([], ["--json"]):
+        proc = run_cli("search", "kiln", "--config", str(cfg), "--no-server", *extra)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stderr == f"[WARN] nothing is indexed at {tmp_path / 'index'} yet: run `memory index` first\n", proc.stderr
+        assert (json.loads(proc.stdout)["results"] == []) if extra else proc.stdout == "No relevant memories for 'kiln'.\n"
+    assert run_cli("index", "--config", str(cfg)).returncode == 0
+    proc = run_cli("search", "walrus", "--config", str(cfg), "--no-server")
+    assert proc.returncode == 0 and proc.stderr == "" and proc.stdout == "No relevant memories for 'walrus'.\n", proc.stderr
