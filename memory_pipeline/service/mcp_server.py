@@ -94,7 +94,23 @@ def build_mcp(service) -> Any:
         except MemoryPipelineError as err:
             raise fail(err) from err
 
+    _refuse_unknown_arguments(mcp)
     return mcp
+
+
+def _refuse_unknown_arguments(mcp) -> None:
+    """Make every tool refuse an argument it does not take (``additionalProperties: false`` in its
+    schema, and a tool error naming the argument), as the HTTP API answers 422: an agent that sends
+    ``limit`` for ``max_results`` was given the default without a word (the SDK's argument models
+    ignore unknown keys)."""
+    from pydantic import ConfigDict
+
+    for tool in mcp._tool_manager.list_tools():  # pyright: ignore[reportPrivateUsage] - the SDK has no public hook
+        meta = tool.fn_metadata
+        base = meta.arg_model
+        strict = type(base.__name__, (base,), {"model_config": ConfigDict(**base.model_config, extra="forbid"), "__module__": base.__module__})
+        meta.arg_model = strict
+        tool.parameters = strict.model_json_schema(by_alias=True)
 
 
 def run_stdio(settings) -> None:

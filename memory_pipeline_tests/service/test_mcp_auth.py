@@ -20,6 +20,10 @@ async def _session(client) -> dict:
     assert TOOLS <= set(tools)
     schema = tools["memory_search"].input_schema if hasattr(tools["memory_search"], "input_schema") else tools["memory_search"].inputSchema
     assert schema["required"] == ["query"] and schema["properties"]["max_results"]
+    # An argument a tool does not take is refused, naming it (it was ignored: `limit` gave the default).
+    assert all((t.input_schema if hasattr(t, "input_schema") else t.inputSchema).get("additionalProperties") is False for t in tools.values())
+    unknown = await client.call_tool("memory_search", {"query": "vector database", "limit": 1})
+    assert (unknown.is_error if hasattr(unknown, "is_error") else unknown.isError) and "limit" in unknown.content[0].text, unknown
     found = await client.call_tool("memory_search", {"query": "which vector database did we choose for the support bot"})
     assert not found.is_error if hasattr(found, "is_error") else not found.isError
     results = _payload(found)["results"]
