@@ -1,7 +1,8 @@
 """Request bodies capped at ``multimodal.max_file_bytes`` (plus room for a multipart envelope).
 
-A body over the cap is refused with 413 and the message `memory store` prints for a file over
-the limit, before it is read when ``Content-Length`` says so, else as soon as the count passes.
+A body over the cap is refused with 413, before it is read when ``Content-Length`` says so, else as
+soon as the count passes: a file upload (a multipart body) with the message `memory store` prints
+for a file over the limit, any other body (a search, a note) saying that the request is too large.
 """
 
 from __future__ import annotations
@@ -13,6 +14,13 @@ ENVELOPE = 64 * 1024  # multipart boundaries, part headers and the small form fi
 
 def too_large_message(limit: int, name: str = "upload") -> str:
     return f"File {name} exceeds {limit} bytes limit for embedding"
+
+
+def _body_too_large(scope, limit: int) -> str:
+    content_type = dict(scope.get("headers") or []).get(b"content-type", b"").lower()
+    if content_type.startswith(b"multipart/"):
+        return too_large_message(limit)
+    return f"the request body exceeds the server's limit of {limit} bytes (multimodal.max_file_bytes)"
 
 
 class BodyLimit:
@@ -33,7 +41,7 @@ class BodyLimit:
             except ValueError:
                 return await _reply(send, 400, {"error": "Content-Length is not a number", "field": "Content-Length"})
             if too_big:
-                return await _reply(send, 413, {"error": too_large_message(self.limit), "field": "body"})
+                return await _reply(send, 413, {"error": _body_too_large(scope, self.limit), "field": "body"})
         seen = 0
         over = False
 
@@ -56,7 +64,7 @@ class BodyLimit:
             nonlocal replaced
             if over and message["type"] == "http.response.start":
                 replaced = True
-                return await _reply(send, 413, {"error": too_large_message(self.limit), "field": "body"})
+                return await _reply(send, 413, {"error": _body_too_large(scope, self.limit), "field": "body"})
             if replaced:
                 return None
             await send(message)

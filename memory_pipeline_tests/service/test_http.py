@@ -181,6 +181,10 @@ def test_body_cap_413_with_the_cli_message(server):
 
     resp = server.http.post("/api/memory/search", content=chunks(), headers={"content-type": "application/json"})
     assert resp.status_code == 413
+    # Not a file: the message says the request is too large (it said "File upload … for embedding").
+    assert resp.json() == {"error": "the request body exceeds the server's limit of 2097152 bytes (multimodal.max_file_bytes)", "field": "body"}
+    resp = server.http.post("/api/memory/notes", content=b"{" + b" " * (2 * 1024 * 1024 + 128 * 1024) + b"}", headers={"content-type": "application/json"})
+    assert resp.status_code == 413 and resp.json()["error"].startswith("the request body exceeds"), resp.text
 
 
 def test_file_over_the_limit_is_named(server):
