@@ -156,9 +156,9 @@ def create_app(
         app.add_middleware(CORSMiddleware, allow_origins=list(cors_origins), allow_methods=["*"], allow_headers=["*"])
     if is_loopback(host):
         # A browser page on another site must not reach the loopback server by DNS rebinding.
-        from starlette.middleware.trustedhost import TrustedHostMiddleware
+        from memory_pipeline.service.auth import LoopbackHost
 
-        app.add_middleware(TrustedHostMiddleware, allowed_hosts=LOOPBACK_HOSTS)
+        app.add_middleware(LoopbackHost, hosts=LOOPBACK_HOSTS)
     app.add_middleware(BodyLimit, limit=settings.multimodal.max_file_bytes)
     if token:
         app.add_middleware(BearerAuth, token=token)

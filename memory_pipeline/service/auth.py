@@ -52,3 +52,33 @@ class BearerAuth:
                         (b"content-length", str(len(body)).encode())],
         })  # fmt: skip
         await send({"type": "http.response.body", "body": body})
+
+
+class LoopbackHost:
+    """ASGI middleware: 400 JSON unless the Host header names a loopback address (``hosts``), so a
+    page on another site cannot reach a loopback server by DNS rebinding. Starlette's
+    ``TrustedHostMiddleware`` does the same with a plain-text answer; every other error here is
+    ``{"error", "field"}``."""
+
+    def __init__(self, app, hosts) -> None:
+        self.app = app
+        self.hosts = {h.lower() for h in hosts}
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] not in ("http", "websocket"):
+            return await self.app(scope, receive, send)
+        from starlette._utils import parse_host_header
+
+        raw = dict(scope.get("headers") or []).get(b"host", b"").decode("latin-1")
+        parsed = parse_host_header(raw)
+        if parsed is not None and parsed.host.lower() in self.hosts:
+            return await self.app(scope, receive, send)
+        if scope["type"] == "websocket":
+            return await send({"type": "websocket.close", "code": 1008})
+        body = json.dumps({
+            "error": "the Host header must name a loopback address (127.0.0.1, localhost or [::1]): this server only answers this machine",
+            "field": "Host",
+        }).encode()  # fmt: skip
+        await send({"type": "http.response.start", "status": 400,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})  # fmt: skip
+        await send({"type": "http.response.body", "body": body})

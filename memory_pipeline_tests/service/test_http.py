@@ -197,6 +197,9 @@ def test_file_over_the_limit_is_named(server):
 def test_foreign_host_header_is_refused(server):
     resp = server.http.get("/api/memory/status", headers={"host": "evil.example:80"})
     assert resp.status_code == 400
+    # JSON naming the field, like every other error here (it was Starlette's plain text).
+    assert resp.json()["field"] == "Host" and "loopback" in resp.json()["error"], resp.text
+    assert server.http.get("/api/memory/status", headers={"host": "localhost:1"}).status_code == 200
 
 
 def test_no_cors_by_default(server):
