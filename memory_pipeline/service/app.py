@@ -129,6 +129,13 @@ def create_app(
     async def _invalid(request: Request, err: RequestValidationError):
         errors = err.errors()
         first = errors[0] if errors else {"loc": ("body",), "msg": "invalid request"}
+        if first.get("type") == "json_invalid":
+            # Its loc is ("body", character position): the field is the body, the position goes in the message.
+            loc = first.get("loc", ())
+            where = f" at character {loc[1]}" if len(loc) > 1 else ""
+            why = (first.get("ctx") or {}).get("error", "")
+            message = f"body: not valid JSON{where}{': ' + str(why) if why else ''}"
+            return JSONResponse({"error": message, "field": "body", "hint": None}, status_code=422)
         field = _field_of(first.get("loc", ()))
         return JSONResponse({"error": f"{field}: {first.get('msg', 'invalid')}", "field": field, "hint": None}, status_code=422)
 

@@ -194,6 +194,15 @@ def test_file_over_the_limit_is_named(server):
     assert resp.json()["error"] == "File notes.txt exceeds 2097152 bytes limit for embedding"
 
 
+def test_truncated_json_names_the_body(server):
+    """A body that is not whole JSON: the field is `body` and the position is in the message (the
+    field was the character position, "10")."""
+    resp = server.http.post("/api/memory/search", content=b'{"query": "kiln', headers={"content-type": "application/json"})
+    assert resp.status_code == 422
+    body = resp.json()
+    assert body["field"] == "body" and body["error"].startswith("body: not valid JSON at character "), body
+
+
 def test_foreign_host_header_is_refused(server):
     resp = server.http.get("/api/memory/status", headers={"host": "evil.example:80"})
     assert resp.status_code == 400
