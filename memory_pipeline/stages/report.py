@@ -246,7 +246,7 @@ def settle(settings: Settings, ident: EmbeddingIdentity) -> Settlement:
         mode="vector+fts" if ident.dims else "fts-only",
         requested_provider=settings.provider,
         skipped_run=True,
-        shards=every,
+        shards=[],  # no shard had work (it listed all 16, as if each had)
         errors=run_errors(settings, SHARD_KEYS),
     )
     return Settlement([], summary, listed)

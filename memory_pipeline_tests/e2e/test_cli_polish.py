@@ -155,7 +155,8 @@ def test_analytics_builds_a_missing_database_and_says_when_nothing_is_indexed(tm
     assert run_cli("index", "--config", str(cfg)).returncode == 0
     db = tmp_path / "index" / "analytics.duckdb"
     db.unlink()
-    assert json.loads(run_cli("index", "--config", str(cfg), "--json").stdout)["skipped_run"] is True
+    skipped = json.loads(run_cli("index", "--config", str(cfg), "--json").stdout)
+    assert skipped["skipped_run"] is True and skipped["shards"] == [], skipped  # no shard had work (it listed all 16)
     assert not db.exists()
     rows = run_json(
         "analytics", "--config", str(cfg), "--json", "--sql", "SELECT sum(files_indexed)::BIGINT AS n, (SELECT count(*) FROM runs) AS runs FROM coverage"
