@@ -58,6 +58,35 @@ def _print_json(obj) -> None:
         raise OutputFailed(err) from err
 
 
+class _GuardedOutput:
+    """``sys.stdout`` while a command runs: a write or flush that fails (a full disk, an I/O error,
+    a closed descriptor) raises :class:`OutputFailed`, so plain-text output that cannot be written
+    midway exits 120 with one line, as ``--json`` output does, and is not taken for an error of the
+    data folder's disk (exit 1). A broken pipe stays a broken pipe (the reader left: exit 0)."""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            raise
+        except OSError as err:
+            raise OutputFailed(err) from err
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as err:
+            raise OutputFailed(err) from err
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
 def _drop_output() -> None:
     """Send what is left for stdout nowhere: it cannot be written, and the exit would try again."""
     if sys.stdout is not None:
@@ -963,7 +992,10 @@ def main(argv: list[str] | None = None, *, hooks=None) -> int:
         args.mode = ["hybrid,vector,fts"]
     global _JSON_PRINTED
     _JSON_PRINTED = False
+    real_stdout = sys.stdout
     try:
+        if real_stdout is not None and not isinstance(real_stdout, _GuardedOutput):
+            sys.stdout = _GuardedOutput(real_stdout)
         return args.func(args)
     except UsageError as err:
         print(f"memory {args.command}: error: {err}", file=sys.stderr)
@@ -1010,6 +1042,8 @@ def main(argv: list[str] | None = None, *, hooks=None) -> int:
             file=sys.stderr,
         )
         return 1
+    finally:
+        sys.stdout = real_stdout
 
 
 def _json_failure(args, message: str, hint: str = "", *, interrupted: bool = False) -> None:

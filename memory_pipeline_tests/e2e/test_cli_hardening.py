@@ -242,6 +242,22 @@ def test_json_to_an_output_that_cannot_be_written_exits_120_with_one_line(tmp_pa
     assert _one_line_error(proc.stderr).startswith("[ERROR] could not write the output: ") and said in proc.stderr, proc.stderr
 
 
+def test_plain_text_output_that_fills_the_disk_midway_exits_120_with_one_line(tmp_path: Path):
+    """Text output larger than the stream's buffer fails while the command runs, not at exit: that
+    too is exit 120, "could not write the output" (it was exit 1 with "a file or storage error:
+    check the data folder's disk", which sent the user to the wrong disk)."""
+    cfg = write_config(tmp_path / "memory_pipeline.yaml", provider="none")
+    (tmp_path / "mem").mkdir()
+    (tmp_path / "mem" / "note.md").write_text("# A note\n\nSomething to index.\n")
+    assert run_cli("index", "--config", str(cfg), "--quiet").returncode == 0
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
+    argv = [sys.executable, "-m", "memory_pipeline.cli", "analytics", "--config", str(cfg), "--sql", "SELECT range FROM range(20000)"]
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run(argv, stdout=full, stderr=subprocess.PIPE, text=True, env=env, cwd=str(REPO), timeout=300)
+    assert proc.returncode == 120, proc.stderr
+    assert _one_line_error(proc.stderr).startswith("[ERROR] could not write the output: ") and "No space left on device" in proc.stderr, proc.stderr
+
+
 # --- 6. a data folder this user cannot write, or cannot enter ------------------------------
 
 
