@@ -68,6 +68,12 @@ def check_table(settings: Settings, ident: EmbeddingIdentity, shards: Sequence[s
     except StoreError as err:
         present, check.reason = False, str(err)
     fp = fingerprint(settings, ident)
+    # No generation of this identity is current or building: a file recorded as indexed for it is in
+    # a table that is not served or built any more (rolled back from, or an abandoned build), so it
+    # is indexed again, into the generation the run creates. Trusted, these records had made that
+    # generation complete, and current, with the few files changed since (issue: a rollback, then a
+    # run with the rolled-back model, switched to a nearly empty table).
+    elsewhere = not generations.holds_identity(settings, ident.meta())
     table_rows = 0
     # A shard at a time, the table's rows of it counted per file in Arrow: a no-op run over a
     # million chunks had turned all of them into Python strings at once (peak 644 MB at 1M
@@ -89,6 +95,9 @@ def check_table(settings: Settings, ident: EmbeddingIdentity, shards: Sequence[s
         for r in state:
             if r["fingerprint"] != fp:
                 continue  # indexed for another identity: re-indexed anyway
+            if elsewhere:
+                stale.add(r["doc_id"])
+                continue
             n, got = held.get(r["doc_id"], (0, set()))
             want = {file_sha256(r["sha256"])} if r["chunks"] else set()
             if n != r["chunks"] or got != want:

@@ -102,6 +102,7 @@ class RunSummary(Mapping):
     requested_provider: str = ""
     fallback_reason: str = ""
     generation: str = ""
+    generation_waits_for: list[str] = field(default_factory=list)  # building: files the new generation lacks (first 5)
     table: str = ""
     skipped_run: bool = False
     shards: list[str] = field(default_factory=list)  # the partitions this run worked on (files_* count their files)
@@ -140,6 +141,7 @@ class RunSummary(Mapping):
             requested_provider=info.requested_provider,
             fallback_reason=info.fallback_reason,
             generation=w.generation,
+            generation_waits_for=list(w.generation_waits_for),
             table=w.table,
             shards=list(shards),
             coverage=results.coverage,

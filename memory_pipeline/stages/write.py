@@ -14,7 +14,7 @@ import logging
 import os
 from collections import defaultdict
 from collections.abc import Callable, Container, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -108,6 +108,7 @@ class WriteStats:
     generation: str = ""  # current | building | switched (the new generation became current)
     files_pending: int = 0  # files whose vectors are still in a running batch job
     ann: str = ""  # exact (below ann.min_rows), built, folded (new rows added as a delta index), current
+    generation_waits_for: list[str] = field(default_factory=list)  # a building generation: files it lacks (the first 5)
     ann_folds: int = 0  # delta indices this run added (one per SEGMENT_ROWS rows it wrote, and its rest)
 
 
@@ -294,23 +295,45 @@ def write_vectors(
         stats.fts = "unchanged"
         stats.ann = "unchanged"
     stats.table_rows = store.count_rows()
-    if building and build_complete(settings, fp):
-        generations.switch(settings, table_name)
-        stats.generation = "switched"
+    if building:
+        stats.generation_waits_for = build_waits_for(settings, fp)
+        if not stats.generation_waits_for:
+            generations.switch(settings, table_name)
+            stats.generation = "switched"
     return stats
 
 
 def build_complete(settings: Settings, fp: str) -> bool:
-    """Every indexable file of every shard is in the table of fingerprint ``fp`` (or failed to extract)."""
+    """Every indexable file of every shard is in the table of fingerprint ``fp`` (or failed to extract,
+    never indexed): :func:`build_waits_for` finds none."""
+    return not build_waits_for(settings, fp, limit=1)
+
+
+def build_waits_for(settings: Settings, fp: str, limit: int = 5) -> list[str]:
+    """Up to ``limit`` files a building generation of fingerprint ``fp`` still lacks (``source:path``).
+
+    A file to index that is not in it yet; and a file that is in another generation only and cannot
+    be indexed now: its folder cannot be listed (:data:`KEPT`), its source folder is missing, or it
+    fails (the rows of its last good version are kept). Switching without those would drop them from
+    every search; the switch waits until they can be read (or are deleted) instead.
+    """
     data = storage.of(settings)
+    waiting: list[str] = []
     for shard in SHARD_KEYS:
         state = {r["doc_id"]: r["fingerprint"] for r in data.read("memory_vectors", shard, INDEXED_STATE_SCHEMA, ".state").to_pylist()}
         status = data.read("extracted_content", shard, EXTRACTION_STATUS_SCHEMA, ".status").to_pylist()
         failed = {r["doc_id"] for r in status if r["status"] == "failed"}
         for row in data.read("source_files", shard, MANIFEST_SCHEMA).to_pylist():
-            if row["status"] == "ok" and state.get(row["doc_id"]) != fp and row["doc_id"] not in failed:
-                return False
-    return True
+            got = state.get(row["doc_id"])
+            if got == fp or not row["path"]:
+                continue
+            to_index = row["status"] == "ok" and row["doc_id"] not in failed
+            kept_elsewhere = got is not None and (row["walk_status"] == KEPT or row["status"] == "failed" or row["doc_id"] in failed)
+            if to_index or kept_elsewhere:
+                waiting.append(f"{row['source']}:{row['path']}")
+                if len(waiting) >= limit:
+                    return waiting
+    return waiting
 
 
 def reset_index_state(settings: Settings) -> None:
@@ -574,4 +597,4 @@ def table_rows(chunks: pa.Table, settings: Settings, ident: EmbeddingIdentity, n
     return pa.table(cols, schema=schema)
 
 
-__all__ = ["ShardVectors", "WriteStats", "build_complete", "doc_slices", "reset_index_state", "table_rows", "write_vectors"]
+__all__ = ["ShardVectors", "WriteStats", "build_complete", "build_waits_for", "doc_slices", "reset_index_state", "table_rows", "write_vectors"]

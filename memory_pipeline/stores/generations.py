@@ -127,6 +127,16 @@ def table_for(settings: Settings, meta: dict) -> str:
     return state["current"] or settings.table_name
 
 
+def holds_identity(settings: Settings, meta: dict) -> bool:
+    """Whether a generation of this identity is current or building (else a run creates one). Records
+    that say a file is indexed for this identity then describe a table that is not served or built
+    any more: one rolled back from, or an abandoned build (a legacy table, no pointer: counts)."""
+    state = load(settings)
+    if not state["current"]:
+        return True
+    return any(name and _same(state["generations"][name], meta) for name in (state["building"], state["current"]))
+
+
 def current(settings: Settings) -> tuple[str, dict]:
     """The table searches read and its identity record (a legacy table is read as it is)."""
     state = load(settings)

@@ -296,3 +296,40 @@ def test_a_moved_source_folder_is_shown_where_it_is_now(tmp_path: Path):
     hits = run_json("search", "kiln glaze firing", "--config", str(cfg), "--json")["results"]
     assert hits and hits[0]["path"] == str(tmp_path / "moved" / "kiln.md"), hits[:1]
     assert Path(hits[0]["path"]).is_file()
+
+
+def test_a_model_change_waits_for_a_folder_that_cannot_be_listed(tmp_path: Path):
+    """A new model's generation is built beside the current one and searched once it holds every
+    file. The files of a folder that cannot be listed are kept in the current generation but cannot
+    be read for the new one: the switch used to happen without them (they counted as failed), and
+    searches lost them until the folder was readable again. So did a file that fails now (the rows of
+    its last good version are kept). The switch now waits for them, and the run names them."""
+    mem = tmp_path / "mem"
+    (mem / "sub").mkdir(parents=True)
+    (mem / "kiln.md").write_text("# Kiln\n\nThe kiln reached cone ten on the glaze firing.\n")
+    (mem / "sub" / "otter.md").write_text("# Otters\n\nThe river otter census counted forty animals.\n")
+    cfg = write_config(tmp_path / "memory_pipeline.yaml", provider="none")
+    assert run_json("index", "--config", str(cfg), "--json")["table_rows"] == 2
+    for path in tmp_path.rglob("*"):  # the unprivileged child may read and write the rest
+        path.chmod(0o777 if path.is_dir() else 0o666)
+    tmp_path.chmod(0o777)
+    write_config(cfg, provider="local")
+    good = (mem / "kiln.md").read_bytes()
+    (mem / "kiln.md").write_bytes(good + b"\xff\xfe not utf-8\n")  # fails now: the rows of its last good version stay
+    (mem / "sub").chmod(0)
+    try:
+        run = run_json("index", "--config", str(cfg), "--json", honor_permissions=True)
+    finally:
+        (mem / "sub").chmod(0o777)
+    assert run["generation"] == "building" and run["table"] == "memory_vectors__g2", run
+    assert sorted(run["generation_waits_for"]) == ["mem:kiln.md", "mem:sub/otter.md"], run
+    for query, name in (("river otter census", "sub/otter.md"), ("kiln cone ten glaze", "kiln.md")):
+        hits = run_json("search", query, "--config", str(cfg), "--json")["results"]
+        assert hits and hits[0]["path"].endswith(name), hits  # still the current generation's
+    waiting = run_json("index", "--config", str(cfg), "--json")  # the folder is back; the note still fails
+    assert waiting["generation"] == "building" and waiting["generation_waits_for"] == ["mem:kiln.md"], waiting
+    (mem / "kiln.md").write_bytes(good)
+    done = run_json("index", "--config", str(cfg), "--json")
+    assert done["generation"] == "switched" and done["table"] == "memory_vectors__g2" and done["table_rows"] == 2, done
+    hits = run_json("search", "river otter census", "--config", str(cfg), "--json", "--mode", "vector")["results"]
+    assert hits and hits[0]["path"].endswith("sub/otter.md"), hits

@@ -153,6 +153,29 @@ def test_model_change_builds_a_new_generation(tmp_path: Path):
     assert hits["results"]
 
 
+def test_a_run_after_a_rollback_builds_the_whole_generation(tmp_path: Path):
+    """Roll back from a new model's generation, change one note, and index with that model again: the
+    records said every file was indexed for it (in the generation rolled back from), so the new
+    generation was complete after the one changed file and became current with one file of 14."""
+    shutil.copytree(SAMPLE / "memory", tmp_path / "mem")
+    # Two identities that chunk alike (the int8 model and the fp32 one): the table of either holds
+    # the same rows per file, so the check of the rows could not tell the records were of another table.
+    cfg = write_config(tmp_path / "memory_pipeline.yaml", provider="local")
+    run_json("index", "--config", str(cfg), "--json")
+    write_config(cfg, provider="local", local={"quantize": "none"})
+    first = run_json("index", "--config", str(cfg), "--json")
+    assert first["generation"] == "switched"
+    back = run_cli("generations", "rollback", "--config", str(cfg))
+    assert back.returncode == 0, back.stderr
+    note = next((tmp_path / "mem").glob("2026-*.md"))
+    note.write_text(note.read_text() + "\nOne more line about the sourdough starter.\n")
+    again = run_json("index", "--config", str(cfg), "--json")
+    assert again["generation"] == "switched" and again["table_rows"] == first["table_rows"], again
+    assert again["table"] not in ("memory_vectors", "memory_vectors__g2"), again  # a new generation, whole
+    hits = run_json("search", "sourdough starter feeding", "--config", str(cfg), "--json", "--mode", "vector")["results"]
+    assert hits
+
+
 def test_analytics_summary_and_sql(indexed):
     _, cfg, _ = indexed
     out = run_json("analytics", "--config", str(cfg), "--json")
