@@ -206,3 +206,15 @@ def test_a_described_payload_is_kept_and_served_but_not_derived_again(server, fi
     assert not any("ACME" in r["snippet"] for r in mine)
     deleted = server.http.delete(f"{RAG}/assets/{asset['assetId']}")
     assert deleted.status_code == 200 and not folder.exists()
+
+
+def test_an_assets_derived_text_comes_back_redacted(server, files):
+    """The asset route read the record file back as written: a password the client put in the text
+    representation came back in clear, while the query route showed it redacted."""
+    resp = server.http.post(f"{RAG}/documents/ingest", files={"document": ("ops.docx", files["docx"].read_bytes(), "application/octet-stream")},
+                            data={"textRepresentation": "Ops runbook; DB_PASSWORD=IngestLEAK7x9q and restart the queue.", "collectionId": "ops"})  # fmt: skip
+    assert resp.status_code == 200, resp.text
+    asset = resp.json()
+    assert "IngestLEAK7x9q" not in resp.text and "[REDACTED:password]" in asset["derivedText"], asset["derivedText"]
+    got = server.http.get(f"{RAG}/assets/{asset['assetId']}")
+    assert got.status_code == 200 and "IngestLEAK7x9q" not in got.text and "restart the queue" in got.json()["derivedText"], got.text

@@ -28,6 +28,27 @@ def test_memory_get_returns_redacted_lines(server):
     assert one["text"].startswith("Database: postgres://admin:[REDACTED:password]@")
 
 
+def test_memory_get_cleans_like_the_index_before_it_redacts_and_counts_lines_as_search_does(server):
+    """Redacted raw, a file with carriage-return line ends kept `.pgpass` and `.netrc` lines whole
+    (their detectors need a line start) and a key with a control character inside it (which the
+    index removes before it redacts) came back in clear. And `splitlines` cut lines at form feeds,
+    NEL and U+2028, where search locators count newlines only."""
+    mem = server.config.parent / "mem"
+    pgpass = "db.example.com:5432:mydb:bob:S3cr3tPgpassZZ1"
+    (mem / "cr-only.md").write_bytes(f"Pgpass notes\r\rOur backup host entry:\r{pgpass}\rmachine api.example.com login bob password NetrcSecretQQ7\rend\r".encode())
+    (mem / "crlf.md").write_bytes(f"x\r\nbackup host entry:\r\n{pgpass}\r\n".encode())
+    (mem / "ctl.md").write_bytes(f"Key note\n\nOPENAI key {OPENAI_KEY[:14]}\x08{OPENAI_KEY[14:]} here\n".encode())
+    for name, secrets in (("cr-only.md", ("S3cr3tPgpassZZ1", "NetrcSecretQQ7")), ("crlf.md", ("S3cr3tPgpassZZ1",)), ("ctl.md", (OPENAI_KEY[14:],))):
+        resp = server.http.get("/api/memory/get", params={"path": name})
+        assert resp.status_code == 200, resp.text
+        assert not any(secret in resp.text for secret in secrets) and "[REDACTED:" in resp.json()["text"], (name, resp.text)
+    cr = server.http.get("/api/memory/get", params={"path": "cr-only.md", "from": 3, "lines": 1}).json()
+    assert cr["text"] == "Our backup host entry:" and cr["total_lines"] == 6, cr
+    (mem / "ff.md").write_bytes("Title\n\npage one\n\x0c\npage two\x0cstill two\u2028same\x85line\nLINE6 the zebra fact\nline seven\n".encode())
+    six = server.http.get("/api/memory/get", params={"path": "ff.md", "from": 6, "lines": 1}).json()
+    assert six["text"] == "LINE6 the zebra fact" and six["total_lines"] == 7, six
+
+
 def test_an_unknown_source_in_a_search_is_a_422(server):
     resp = server.http.post("/api/memory/search", json={"query": "standup", "source": "nope"})
     assert resp.status_code == 422, resp.text
