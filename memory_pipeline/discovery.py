@@ -523,7 +523,11 @@ def indexed_media_types(settings: Settings) -> tuple[str, ...]:
 
 def media_size_problem(settings: Settings, modality: str, size: int) -> str:
     """Why a media file is too large to index ('' when it is not)."""
-    limit = settings.multimodal.max_file_bytes
+    return media_size_problem_of(modality, size, settings.multimodal.max_file_bytes)
+
+
+def media_size_problem_of(modality: str, size: int, limit: int) -> str:
+    """:func:`media_size_problem` for a limit of ``limit`` bytes."""
     if modality in MEDIA_MODALITIES and size > limit:
         return f"file is {size} bytes, over multimodal.max_file_bytes={limit}"
     return ""

@@ -15,7 +15,7 @@ from typing import Any
 
 from memory_pipeline import storage
 from memory_pipeline.changes import EmbeddingIdentity, committed, fingerprint, manifest_fingerprints, shard_fingerprints
-from memory_pipeline.discovery import SHARD_KEYS
+from memory_pipeline.discovery import SHARD_KEYS, classify, indexed_media_types, media_size_problem_of
 from memory_pipeline.models import EXTRACTION_STATUS_SCHEMA, INDEXED_STATE_SCHEMA, MANIFEST_SCHEMA
 from memory_pipeline.settings import Settings
 from memory_pipeline.stages.chunk import ChunkCounts
@@ -229,7 +229,7 @@ def settle(settings: Settings, ident: EmbeddingIdentity) -> Settlement:
             continue
         manifest = data.read("source_files", shard, MANIFEST_SCHEMA).to_pylist()
         listed[shard] = len(manifest)
-        if not _shard_settled(data, shard, manifest, fp):
+        if not _shard_settled(data, shard, manifest, fp, indexed_media_types(settings), settings.multimodal.max_file_bytes):
             work.add(shard)
     # The records say what is done: make sure the table agrees (a deleted or restored table is not settled).
     check = check_table(settings, ident, SHARD_KEYS)
@@ -254,18 +254,33 @@ def settle(settings: Settings, ident: EmbeddingIdentity) -> Settlement:
     return Settlement([], summary, listed)
 
 
-def _shard_settled(data: storage.DataStore, shard: str, manifest: list[dict], fp: str) -> bool:
+def _shard_settled(data: storage.DataStore, shard: str, manifest: list[dict], fp: str, media_types: tuple[str, ...], media_max: int) -> bool:
     state = {r["doc_id"]: r for r in data.read("memory_vectors", shard, INDEXED_STATE_SCHEMA, ".state").to_pylist()}
     status = data.read("extracted_content", shard, EXTRACTION_STATUS_SCHEMA, ".status").to_pylist()
     failed = {r["doc_id"] for r in status if r["status"] == "failed"}
     present = set()
     for row in manifest:
+        if _selection_changed(row, media_types, media_max):
+            return False  # multimodal.enabled / types / max_file_bytes changed what this file is
         if row["status"] == "skipped":
             continue
         present.add(row["doc_id"])
         if row["status"] == "ok" and not committed(row, state.get(row["doc_id"]), fp) and row["doc_id"] not in failed:
             return False
     return not (set(state) - present)
+
+
+def _selection_changed(row: dict, media_types: tuple[str, ...], media_max: int) -> bool:
+    """Whether the configuration now classifies a recorded file otherwise (indexed or skipped) than
+    the run that recorded it: a media type turned on or off, or its size limit changed. The stat
+    walk sees no change then, so without this a run was skipped: a type turned on stayed unindexed
+    and one turned off stayed searchable, until `--force`."""
+    if row["walk_status"] != "ok" or row["status"] not in ("ok", "skipped") or not row["modality"]:
+        return False
+    now, _ = classify(row["mime_type"], row["modality"], row["path"], media_types)
+    if now == "ok" and media_size_problem_of(row["modality"], row["size"], media_max):
+        now = "skipped"
+    return now != row["status"]
 
 
 def settled_summary(settings: Settings, ident: EmbeddingIdentity) -> RunSummary | None:

@@ -208,3 +208,25 @@ def test_search_of_a_folder_never_indexed_says_so(tmp_path: Path):
     assert run_cli("index", "--config", str(cfg)).returncode == 0
     proc = run_cli("search", "walrus", "--config", str(cfg), "--no-server")
     assert proc.returncode == 0 and proc.stderr == "" and proc.stdout == "No relevant memories for 'walrus'.\n", proc.stderr
+
+
+def test_turning_a_media_type_on_or_off_is_a_change(tmp_path: Path):
+    """`multimodal.types` decides which media are indexed, but the stat walk sees no change when it
+    is edited: the next run was skipped, so a type turned on stayed unindexed (coverage 1.000 for it)
+    and one turned off stayed searchable, until `--force`."""
+    mem = tmp_path / "mem"
+    mem.mkdir()
+    (mem / "note.md").write_text("# Day\n\nThe kiln reached 900 degrees.\n")
+    shutil.copy(SAMPLE / "media" / "courier-contract.pdf", mem / "courier-contract.pdf")
+    cfg = write_config(tmp_path / "memory_pipeline.yaml", provider="none", multimodal={"types": ["image"]})
+    first = run_json("index", "--config", str(cfg), "--json")
+    assert any(e["path"].endswith("courier-contract.pdf") and e["status"] == "skipped" for e in first["errors"]), first["errors"]
+    write_config(cfg, provider="none", multimodal={"types": ["image", "pdf"]})
+    on = run_json("index", "--config", str(cfg), "--json")
+    assert not on["skipped_run"] and on["files_changed"] == 1 and not on["errors"], on
+    assert run_json("search", "courier", "--config", str(cfg), "--json", "--type", "pdf", "--no-server")["results"]
+    write_config(cfg, provider="none", multimodal={"types": ["image"]})
+    off = run_json("index", "--config", str(cfg), "--json")
+    assert not off["skipped_run"] and off["rows_deleted"] > 0, off
+    assert not run_json("search", "courier", "--config", str(cfg), "--json", "--type", "pdf", "--no-server")["results"]
+    assert run_json("index", "--config", str(cfg), "--json")["skipped_run"] is True  # settled again
