@@ -440,10 +440,9 @@ def cmd_scan(args) -> int:
 def cmd_status(args) -> int:
     from memory_pipeline import storage
     from memory_pipeline.batching.report import batch_status
-    from memory_pipeline.discovery import SHARD_KEYS
-    from memory_pipeline.models import INDEXED_STATE_SCHEMA, MANIFEST_SCHEMA
     from memory_pipeline.providers.registry import resolve_provider
     from memory_pipeline.runner import last_run
+    from memory_pipeline.stages.report import indexed_by_source
     from memory_pipeline.stores.cache import entries as cache_size
     from memory_pipeline.stores.lance import VectorStore
 
@@ -466,16 +465,7 @@ def cmd_status(args) -> int:
 
     table_name, _ = generations.current(settings)
     store = VectorStore(storage.of(settings).lancedb_uri, table_name)
-    per_source: dict[str, dict] = {s.name: {"files": 0, "indexed_files": 0, "chunks": 0} for s in settings.sources}
-    for shard in SHARD_KEYS:
-        manifest = storage.of(settings).read("source_files", shard, MANIFEST_SCHEMA)
-        for src in manifest.column("source").to_pylist():
-            per_source.setdefault(src, {"files": 0, "indexed_files": 0, "chunks": 0})["files"] += 1
-        for row in storage.of(settings).read("memory_vectors", shard, INDEXED_STATE_SCHEMA, ".state").to_pylist():
-            src = row["doc_id"].split(":", 1)[0]
-            entry = per_source.setdefault(src, {"files": 0, "indexed_files": 0, "chunks": 0})
-            entry["indexed_files"] += 1
-            entry["chunks"] += row["chunks"]
+    per_source, recorded_chunks = indexed_by_source(settings)
     cache_entries, cache_error = 0, ""
     if storage.of(settings).cache_path.is_file():
         try:  # read only: status also reports a data folder this user cannot write
@@ -484,6 +474,13 @@ def cmd_status(args) -> int:
             cache_error = f"cannot read the cache: {err}"
     table = store.open()
     data = storage.of(settings)
+    rows = table.count_rows() if table is not None else 0
+    described = generations.describe(settings)
+    # The records against the table (cheap: two counts): rows deleted outside a run, or a table
+    # restored from elsewhere. While a generation builds, the records are of two tables: no claim.
+    mismatch = "" if described["building"] or rows == recorded_chunks else (
+        f"the table holds {rows} rows where the index records say {recorded_chunks}: run `memory index` (it repairs the table)"
+    )
     status = {
         "config": str(settings.config_path),
         "data_dir": data.location,
@@ -493,11 +490,13 @@ def cmd_status(args) -> int:
             "uri": storage.of(settings).lancedb_uri,
             "name": table_name,
             "exists": table is not None,
-            "rows": table.count_rows() if table is not None else 0,
+            "rows": rows,
+            "recorded_chunks": recorded_chunks,
             "dims": store.dims(),
             "built_with": store.meta(),
+            **({"mismatch": mismatch} if mismatch else {}),
         },
-        "generations": generations.describe(settings),
+        "generations": described,
         "sources": per_source,
         "cache": {
             "enabled": settings.cache.enabled,
@@ -529,8 +528,11 @@ def cmd_status(args) -> int:
     for g in status["generations"]["generations"]:
         if g["role"] != "current":
             print(f"  {g['role']:<9} {g['table']}: {g['provider']}/{g['model']} ({g['dims']} dims), {g['rows']} rows")
+    if mismatch:
+        print(f"[WARN] {mismatch}")
     for name, s in per_source.items():
-        print(f"source:   {name}: {s['files']} files seen, {s['indexed_files']} indexed, {s['chunks']} chunks")
+        stale = f" ({s['stale_files']} by an older version: the file fails now)" if s["stale_files"] else ""
+        print(f"source:   {name}: {s['files']} files seen, {s['indexed_files']} indexed{stale}, {s['chunks']} chunks")
     c = status["cache"]
     print(f"cache:    {c['entries']} / {c['max_entries']} entries ({'on' if c['enabled'] else 'off'})" + (f"; {c['error']}" if cache_error else ""))
     lr = status["last_run"]

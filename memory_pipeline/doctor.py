@@ -142,6 +142,13 @@ def _table(settings: Settings) -> list[dict]:
             out.append(_check("full-text index", "warn", "missing", "run `memory index` (it creates the index)"))
         else:
             out.append(_check("full-text index", "ok", "present" if rows else "empty table"))
+        if not info["building"]:
+            from memory_pipeline.stages.report import indexed_by_source
+
+            _, recorded = indexed_by_source(settings)
+            if rows != recorded:
+                out.append(_check("index records", "fail", f"the table holds {rows} rows where the index records say {recorded} (rows deleted or restored outside a run)",
+                                  "run `memory index`: it compares them file by file and repairs the table"))  # fmt: skip
         if info["building"]:
             b = next(g for g in info["generations"] if g["table"] == info["building"])
             out.append(_check("generation", "warn", f"{b['table']} for {b['provider']}/{b['model']} is being built ({b['rows']} rows so far); searches use {name}",

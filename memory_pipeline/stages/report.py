@@ -283,9 +283,32 @@ def _selection_changed(row: dict, media_types: tuple[str, ...], media_max: int) 
     return now != row["status"]
 
 
+def indexed_by_source(settings: Settings) -> tuple[dict[str, dict], int]:
+    """Per source, from the last records: ``files`` seen, ``indexed_files`` (the version on disk is
+    in the index), ``stale_files`` (an older version's rows stand in: the file fails now) and
+    ``chunks``; and the chunks the records say the tables hold, in all. (`memory status` had counted
+    every record as an indexed file, a stale one and a missing source folder's own record included.)"""
+    data = storage.of(settings)
+    per: dict[str, dict] = {s.name: {"files": 0, "indexed_files": 0, "stale_files": 0, "chunks": 0} for s in settings.sources}
+    recorded = 0
+    for shard in SHARD_KEYS:
+        seen = {r["doc_id"]: r for r in data.read("source_files", shard, MANIFEST_SCHEMA).to_pylist() if r["path"]}
+        for row in seen.values():
+            per.setdefault(row["source"], {"files": 0, "indexed_files": 0, "stale_files": 0, "chunks": 0})["files"] += 1
+        for row in data.read("memory_vectors", shard, INDEXED_STATE_SCHEMA, ".state").to_pylist():
+            recorded += row["chunks"]
+            file = seen.get(row["doc_id"])
+            if file is None:
+                continue  # deleted since: the next run removes its rows
+            entry = per[file["source"]]
+            entry["chunks"] += row["chunks"]
+            entry["indexed_files" if row["sha256"] == file["sha256"] else "stale_files"] += 1
+    return per, recorded
+
+
 def settled_summary(settings: Settings, ident: EmbeddingIdentity) -> RunSummary | None:
     """The summary of a no-op run when nothing changed since the last one, else None (see :func:`settle`)."""
     return settle(settings, ident).summary
 
 
-__all__ = ["EmbedInfo", "RunResults", "RunSummary", "Settlement", "run_errors", "settle", "settled_summary"]
+__all__ = ["EmbedInfo", "RunResults", "RunSummary", "Settlement", "indexed_by_source", "run_errors", "settle", "settled_summary"]

@@ -230,3 +230,32 @@ def test_turning_a_media_type_on_or_off_is_a_change(tmp_path: Path):
     assert not off["skipped_run"] and off["rows_deleted"] > 0, off
     assert not run_json("search", "courier", "--config", str(cfg), "--json", "--type", "pdf", "--no-server")["results"]
     assert run_json("index", "--config", str(cfg), "--json")["skipped_run"] is True  # settled again
+
+
+def test_status_and_doctor_compare_the_records_with_the_table(tmp_path: Path):
+    """`status` counted every record as an indexed file (a file that fails now, whose older version's
+    rows stand in, too) and never looked at the table: with rows deleted by hand it said "4 indexed"
+    over 2 rows, and `doctor` said "all good"."""
+    import lancedb
+
+    mem = tmp_path / "mem"
+    mem.mkdir()
+    for i in range(4):
+        (mem / f"h{i}.md").write_text(f"# Note {i}\n\nThe kiln note number {i}.\n")
+    cfg = write_config(tmp_path / "memory_pipeline.yaml", provider="none")
+    run_json("index", "--config", str(cfg), "--json")
+    (mem / "h3.md").write_bytes(b"\xff\xfe not utf-8 any more\n")  # fails now: its old rows stand in
+    run_json("index", "--config", str(cfg), "--json")
+    status = run_json("status", "--config", str(cfg), "--json")
+    assert status["sources"]["mem"] == {"files": 4, "indexed_files": 3, "stale_files": 1, "chunks": 4}, status["sources"]
+    assert "mismatch" not in status["table"] and status["table"]["recorded_chunks"] == status["table"]["rows"] == 4
+    lancedb.connect(str(tmp_path / "index" / "lancedb")).open_table("memory_vectors").delete("path = 'h0.md' OR path = 'h1.md'")
+    status = run_json("status", "--config", str(cfg), "--json")
+    assert status["table"]["mismatch"].startswith("the table holds 2 rows where the index records say 4"), status["table"]
+    text = run_cli("status", "--config", str(cfg)).stdout
+    assert "[WARN] the table holds 2 rows where the index records say 4" in text and "3 indexed (1 by an older version" in text, text
+    doctor = run_cli("doctor", "--config", str(cfg), "--json")
+    checks = {c["name"]: c for c in json.loads(doctor.stdout)["checks"]}
+    assert doctor.returncode == 1 and checks["index records"]["status"] == "fail", checks
+    assert run_json("index", "--config", str(cfg), "--json")["files_repaired"] == 2
+    assert run_cli("doctor", "--config", str(cfg)).returncode == 0
