@@ -57,6 +57,31 @@ def test_coverage_notebook_executes_and_saves_charts(two_runs: Path, monkeypatch
         assert png.is_file() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000, name
 
 
+def test_the_notebook_finds_the_data_folder_as_memory_does_and_counts_missing_rows(tmp_path: Path, monkeypatch):
+    """The notebook joined `data_dir` to the config's folder itself: `~/…` (or an `s3://` data_dir)
+    became a folder named `~` (or `s3:`) and DuckDB failed. And its reasons chart said "every file
+    is indexed" over rows deleted from the table (only failed and skipped files were listed)."""
+    import lancedb
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+    mem = tmp_path / "mem"
+    mem.mkdir()
+    for i in range(3):
+        (mem / f"n{i}.md").write_text(f"# Note {i}\n\nThe kiln note number {i}.\n")
+    cfg = write_config(tmp_path / "memory_pipeline.yaml", provider="none", data_dir="~/nbidx")
+    run_json("index", "--config", str(cfg), "--json", env={"HOME": str(tmp_path / "home")})
+    data = tmp_path / "home" / "nbidx"
+    lancedb.connect(str(data / "lancedb")).open_table("memory_vectors").delete("path = 'n0.md'")
+    nb = nbformat.read(REPO / "notebooks" / "coverage.ipynb", as_version=4)
+    monkeypatch.setenv("MEMORY_PIPELINE_CONFIG", str(cfg))
+    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(REPO / "notebooks")}}).execute(env=dict(os.environ))
+    outputs = [o for cell in nb.cells if cell.cell_type == "code" for o in cell.get("outputs", [])]
+    text = "".join(o.get("text", "") or o.get("data", {}).get("text/plain", "") for o in outputs)
+    assert str(data / "analytics.duckdb") in text and "missing_rows" in text, text
+    assert (data / "charts" / "failures_by_reason.png").is_file() and not (tmp_path / "~").exists()
+
+
 def _get(url: str, token: str) -> dict:
     req = urllib.request.Request(url, headers={"Authorization": f"token {token}"})
     with urllib.request.urlopen(req, timeout=10) as resp:
