@@ -218,6 +218,38 @@ def _dataset(con, data: storage.DataStore, name: str, asset: str, suffix: str, s
     con.execute(f"CREATE TABLE {name} AS SELECT * FROM rows")
 
 
+UNRUN_REASON = "its shard (partition) has not run yet"
+
+
+def _unrun_shards(con, settings: Settings, data: storage.DataStore) -> None:
+    """Files of shards that no run has recorded yet, added to ``source_files`` as not indexed.
+
+    Coverage is computed over the runs' records; a shard never run (a Dagster run of a few partitions
+    on a fresh index) had none, so its files were not counted at all, and coverage read 1.000 over
+    two files of thirteen. When a shard has no record, a stat walk (no reading) finds its files; each
+    counts as indexable and pending, with :data:`UNRUN_REASON`. Only then: a run of every shard writes
+    every record, so a walk is not paid at each rebuild.
+    """
+    from memory_pipeline.discovery import SHARD_KEYS, sniff, walk_all
+
+    recorded = {Path(name).name.split(".", 1)[0] for name in data.partition_files("source_files")}
+    if recorded >= set(SHARD_KEYS):
+        return
+    rows = []
+    for f in walk_all(settings):
+        if f.shard in recorded or not f.path or f.path.endswith("/"):
+            continue
+        mime, modality = sniff(b"", f.path)  # by its name: the walk reads nothing
+        rows.append({
+            "doc_id": f.doc_id, "source": f.source, "path": f.path, "abs_path": f.abs_path, "shard": f.shard,
+            "size": f.size, "mtime_ns": f.mtime_ns, "inode": f.inode, "sha256": "", "mime_type": mime, "modality": modality,
+            "status": f.status, "reason": UNRUN_REASON if f.status == "ok" else f.reason, "action": "none", "walk_status": f.status,
+        })  # fmt: skip
+    if rows:
+        unrun = pa.Table.from_pylist(rows, schema=MANIFEST_SCHEMA)  # noqa: F841 - read by DuckDB
+        con.execute("INSERT INTO source_files BY NAME SELECT * FROM unrun")
+
+
 def _vector_rows(settings: Settings, table_name: str) -> tuple[pa.RecordBatchReader, int, dict, str]:
     """A stream of the table's rows (the columns of ``_ROWS_SCHEMA``), its dims, FTS state and provider.
 
@@ -337,6 +369,7 @@ def refresh_analytics(settings: Settings, model: str, table_name: str | None = N
     try:
         _bounded(con)
         _dataset(con, data, "source_files", "source_files", "", MANIFEST_SCHEMA)
+        _unrun_shards(con, settings, data)
         _dataset(con, data, "extraction_status", "extracted_content", ".status", EXTRACTION_STATUS_SCHEMA)
         _dataset(con, data, "indexed_state", "memory_vectors", ".state", INDEXED_STATE_SCHEMA)
         chunk_files = data.partition_files("memory_chunks")

@@ -311,3 +311,31 @@ def test_coverage_is_rebuilt_exactly_when_what_it_reads_changed(sample_config: P
     assert third != second
     assert refresh_analytics(settings, "other-model").problems.get("model_mismatch")
     assert built_at() != third
+
+
+def test_a_shard_run_on_a_fresh_index_counts_the_files_of_shards_not_run_yet(sample_config: Path):
+    """Coverage is computed over the runs' records. One partition run on a fresh index (from the UI)
+    recorded one shard, and the files of the other shards were not counted at all: coverage 1.000 and
+    the threshold check passed over a few files of the folder. Those files are now counted as pending,
+    found by a stat walk while some shard has no record yet."""
+    from memory_pipeline.discovery import SHARD_KEYS, walk_all
+    from memory_pipeline.stores.analytics import UNRUN_REASON
+
+    settings = load_settings(sample_config)
+    files = [f for f in walk_all(settings) if f.status == "ok"]
+    shard = max(SHARD_KEYS, key=lambda s: sum(f.shard == s for f in files))
+    in_shard = sum(f.shard == shard for f in files)
+    with memory_instance() as instance:
+        one = dg.materialize(
+            index_assets, instance=instance, resources=index_resources(str(sample_config)), partition_key=shard,
+            run_config={"loggers": {"console": {"config": {"log_level": "ERROR"}}}}, raise_on_error=False,
+        )  # fmt: skip
+        assert one.success
+        check = _checks(one)["index_coverage_threshold_check"]
+        assert not check.passed and check.metadata["coverage"].value == round(in_shard / len(files), 4), check.metadata
+        rows = _query(settings, "SELECT sum(files_indexable) AS n, sum(files_indexed) AS done, sum(files_pending) AS pending FROM coverage")
+        assert rows == [{"n": len(files), "done": in_shard, "pending": len(files) - in_shard}], rows
+        reasons = _query(settings, f"SELECT count(*) AS n FROM file_status WHERE reason = '{UNRUN_REASON}'")
+        assert reasons == [{"n": len(files) - in_shard}]
+        assert _run(sample_config, instance).success  # every shard: nothing left pending
+    assert _query(settings, "SELECT sum(files_pending) AS pending, min(coverage) AS c FROM coverage")[0]["pending"] == 0
