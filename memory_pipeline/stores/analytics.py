@@ -49,7 +49,7 @@ DUCKDB_MEMORY_LIMIT = "128MB"
 DUCKDB_CHECKPOINT = "1MB"
 DUCKDB_ALLOCATOR_FLUSH = "256KB"
 ROWS_BATCH = 8_192
-SCHEMA_VERSION = 3  # of the database's tables: a change rebuilds every cached database
+SCHEMA_VERSION = 4  # of the database's tables: a change rebuilds every cached database
 # The columns of the ledgers' tables before their first line (then: every key of the lines).
 USAGE_COLUMNS = 'run_id VARCHAR, provider VARCHAR, model VARCHAR, chunks BIGINT, tokens BIGINT, batch BOOLEAN, est_usd DOUBLE, "at" VARCHAR'
 RUNS_COLUMNS = "run_id VARCHAR, finished_at VARCHAR, files_seen BIGINT, files_changed BIGINT, table_rows BIGINT, errors BIGINT"
@@ -80,7 +80,9 @@ SELECT
         WHEN m.status = 'skipped' THEN 'skipped'
         WHEN m.status = 'failed' THEN 'failed'
         WHEN rows_missing THEN 'pending'
-        WHEN s.sha256 = m.sha256 THEN 'indexed'
+        -- indexed into the table judged: while a new generation builds, a file recorded for the
+        -- current one is not in the new one yet (pending), as the rows counted beside it are the new one's
+        WHEN s.sha256 = m.sha256 AND ($fp::VARCHAR IS NULL OR s.fingerprint = $fp) THEN 'indexed'
         WHEN e.status = 'failed' THEN 'failed'
         ELSE 'pending'
     END AS state,

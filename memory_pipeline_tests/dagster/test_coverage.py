@@ -190,11 +190,13 @@ def test_rows_deleted_by_hand_fail_the_rows_check_and_are_written_again(sample_c
         [status] = _query(settings, f"SELECT state, chunks, table_rows FROM file_status WHERE path = '{victim}'")
         assert status == {"state": "pending", "chunks": chunks, "table_rows": 0}
         # Files recorded for another fingerprint (a generation being built: not rewritten into it yet)
-        # are not missing rows of this table.
+        # are not missing rows of this table, nor indexed into it: pending (they were counted indexed
+        # beside the new table's few rows).
         from memory_pipeline.stores.analytics import refresh_analytics
 
         other_fp = refresh_analytics(settings, "all-MiniLM-L6-v2", None, "f" * 16)
-        assert "missing_rows" not in other_fp.problems and other_fp.files_indexed == other_fp.files_indexable
+        assert "missing_rows" not in other_fp.problems and other_fp.files_indexed == 0 and other_fp.files_indexable > 0
+        assert _query(settings, "SELECT DISTINCT state FROM file_status WHERE discovery_status = 'ok'") == [{"state": "pending"}]
         again = _run(sample_config, instance)
         assert again.success and all(e.passed for e in _checks(again).values())
     assert lancedb.connect(settings.lancedb_uri).open_table("memory_vectors").count_rows(f"path = '{victim}'") == chunks
