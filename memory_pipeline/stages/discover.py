@@ -22,7 +22,7 @@ from memory_pipeline import storage
 from memory_pipeline.changes import EmbeddingIdentity, committed, decide, file_sha256, fingerprint, same_stat
 from memory_pipeline.discovery import DiscoveredFile, assess, forget_name_checks, missing_sources, shard_of, walk_all
 from memory_pipeline.errors import StoreError
-from memory_pipeline.models import DELETIONS_SCHEMA, INDEXED_STATE_SCHEMA, KEPT, MANIFEST_SCHEMA, frame_of
+from memory_pipeline.models import DELETIONS_SCHEMA, EXTRACTION_STATUS_SCHEMA, INDEXED_STATE_SCHEMA, KEPT, MANIFEST_SCHEMA, frame_of
 from memory_pipeline.settings import Settings
 from memory_pipeline.stores import generations
 from memory_pipeline.stores.lance import DOC_FTS_COLUMN, VectorStore
@@ -211,7 +211,11 @@ def discover(
                 data.write_rows(sorted(state.values(), key=lambda r: r["doc_id"]), INDEXED_STATE_SCHEMA, "memory_vectors", shard, ".state")
                 orphans |= stale
         walked = by_shard.get(shard, [])
-        rows = [manifest_row(f, prev.get(f.doc_id), state.get(f.doc_id), settings, force=force, fp=fp, counts=counts) for f in walked]
+        failed_before = {r["doc_id"] for r in data.read("extracted_content", shard, EXTRACTION_STATUS_SCHEMA, ".status").to_pylist() if r["status"] == "failed"}
+        rows = [
+            manifest_row(f, prev.get(f.doc_id), state.get(f.doc_id), settings, force=force, fp=fp, counts=counts, failed_before=f.doc_id in failed_before)
+            for f in walked
+        ]
         # A file under a folder not seen this time keeps its last record as well as its rows: not
         # seen is not gone (coverage and the checks still count it, and nothing is indexed again).
         seen = {f.doc_id for f in walked}
@@ -252,8 +256,12 @@ def _kept(prev: dict, state: dict | None, fp: str, counts: DiscoverCounts) -> di
     return row
 
 
-def manifest_row(f: DiscoveredFile, prev: dict | None, state: dict | None, settings: Settings, *, force: bool, fp: str, counts: DiscoverCounts) -> dict:
-    """The manifest row of one walked file, counted in ``counts``."""
+def manifest_row(
+    f: DiscoveredFile, prev: dict | None, state: dict | None, settings: Settings, *, force: bool, fp: str, counts: DiscoverCounts, failed_before: bool = False
+) -> dict:
+    """The manifest row of one walked file, counted in ``counts``. ``failed_before``: its last
+    extraction failed; with its content unchanged since, it is tried again but not counted as
+    changed (each run of its shard counted it again)."""
     counts.files_seen += 1
     known = None
     if f.status == "ok" and prev is not None and same_stat(prev, f.size, f.mtime_ns, f.inode):
@@ -283,7 +291,8 @@ def manifest_row(f: DiscoveredFile, prev: dict | None, state: dict | None, setti
     if row["status"] == "ok":
         counts.files_ok += 1
         row["action"] = decide(row["sha256"], state, fp, force=force)
-        if row["action"] == "index":
+        retried = failed_before and not force and prev is not None and prev["sha256"] == row["sha256"] and prev["status"] == "ok"
+        if row["action"] == "index" and not retried:
             counts.files_changed += 1
         else:
             counts.files_unchanged += 1

@@ -259,3 +259,19 @@ def test_status_and_doctor_compare_the_records_with_the_table(tmp_path: Path):
     assert doctor.returncode == 1 and checks["index records"]["status"] == "fail", checks
     assert run_json("index", "--config", str(cfg), "--json")["files_repaired"] == 2
     assert run_cli("doctor", "--config", str(cfg)).returncode == 0
+
+
+def test_a_file_that_still_fails_is_not_counted_as_changed(tmp_path: Path):
+    """A file whose extraction failed is tried again by each run of its shard; with its content
+    unchanged it was counted in `files_changed` every time (2 for one new file beside it)."""
+    from memory_pipeline.discovery import shard_of
+
+    mem = tmp_path / "mem"
+    mem.mkdir()
+    (mem / "bad.md").write_bytes(b"\xff\xfe not utf-8\n")
+    cfg = write_config(tmp_path / "memory_pipeline.yaml", provider="none")
+    assert run_json("index", "--config", str(cfg), "--json")["files_changed"] == 1
+    name = next(f"n{i}.md" for i in range(1000) if shard_of("mem", f"n{i}.md") == shard_of("mem", "bad.md"))
+    (mem / name).write_text("# New\n\nA new note in the same shard.\n")
+    again = run_json("index", "--config", str(cfg), "--json")
+    assert again["files_changed"] == 1 and [Path(e["path"]).name for e in again["errors"]] == ["bad.md"], again
