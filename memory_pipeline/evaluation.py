@@ -63,8 +63,21 @@ class BeirSet:
     qrels: dict[str, dict[str, int]]  # query id -> {doc id: relevance}
 
 
+BEIR_HINT = "fix the file: BEIR format is corpus.jsonl and queries.jsonl ({\"_id\", \"text\"} per line) and qrels.tsv (query-id, corpus-id, score)"
+
+
+def _bad(path: str | Path, what: str, message: str) -> ConfigError:
+    return ConfigError(f"{path}: {message}", key=what, path=str(path), hint=BEIR_HINT)
+
+
 def _jsonl(path: str | Path, what: str, fields: Sequence[str]) -> list[dict]:
+    """The lines of a BEIR JSONL file; ``_id`` unique, ``text`` (and ``title``) strings or null.
+
+    A repeated ``_id`` was kept once, silently (three lines read as two documents), and a ``text``
+    of another type was turned into its string (``5``, ``null`` as "None"): each is now an error
+    naming its line."""
     rows = []
+    seen: dict[str, int] = {}
     try:
         with open(path, encoding="utf-8") as fh:
             for n, line in enumerate(fh, start=1):
@@ -73,14 +86,23 @@ def _jsonl(path: str | Path, what: str, fields: Sequence[str]) -> list[dict]:
                 try:
                     row = json.loads(line)
                 except json.JSONDecodeError as err:
-                    raise ConfigError(f"{path}: line {n} is not JSON ({err.msg})", key=what, path=str(path)) from err
+                    raise _bad(path, what, f"line {n} is not JSON ({err.msg})") from err
                 if not isinstance(row, dict) or any(f not in row for f in fields):
-                    raise ConfigError(f"{path}: line {n} lacks {', '.join(fields)} ({what} in BEIR format)", key=what, path=str(path))
+                    raise _bad(path, what, f"line {n} lacks {', '.join(fields)} ({what} in BEIR format)")
+                for name in ("text", "title"):
+                    if row.get(name) is not None and not isinstance(row[name], str):
+                        raise _bad(path, what, f"line {n}: {name} is {type(row[name]).__name__}, not a string")
+                if not isinstance(row["_id"], (str, int)) or isinstance(row["_id"], bool):
+                    raise _bad(path, what, f"line {n}: _id is {type(row['_id']).__name__}, not a string")
+                key = str(row["_id"])
+                if key in seen:
+                    raise _bad(path, what, f"line {n}: _id {key!r} is already on line {seen[key]}")
+                seen[key] = n
                 rows.append(row)
     except UnicodeDecodeError as err:
-        raise ConfigError(f"{path}: not UTF-8 text", key=what, path=str(path)) from err
+        raise _bad(path, what, "not UTF-8 text") from err
     except OSError as err:
-        raise ConfigError(f"{path}: cannot read ({err.strerror or err})", key=what, path=str(path)) from err
+        raise _bad(path, what, f"cannot read ({err.strerror or err})") from err
     return rows
 
 
@@ -89,26 +111,29 @@ def load_beir(corpus: str | Path, queries: str | Path, qrels: str | Path) -> Bei
     docs: dict[str, tuple[str, str]] = {}
     for row in _jsonl(corpus, "corpus", ("_id", "text")):
         docs[str(row["_id"])] = (str(row.get("title") or ""), str(row["text"] or ""))
-    qs = {str(r["_id"]): str(r["text"]) for r in _jsonl(queries, "queries", ("_id", "text"))}
+    qs = {str(r["_id"]): str(r["text"] or "") for r in _jsonl(queries, "queries", ("_id", "text"))}
     judged: dict[str, dict[str, int]] = {}
     try:
         lines = Path(qrels).read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as err:
-        raise ConfigError(f"{qrels}: cannot read as UTF-8 text ({err})", key="qrels", path=str(qrels)) from err
+        raise _bad(qrels, "qrels", f"cannot read as UTF-8 text ({err})") from err
     for n, line in enumerate(lines, start=1):
         parts = line.split("\t") if "\t" in line else line.split()
         if not line.strip() or (n == 1 and not _is_int(parts[-1])):
             continue  # the header (query-id corpus-id score)
         if len(parts) != 3 or not _is_int(parts[2]):
-            raise ConfigError(f"{qrels}: line {n} must be 'query-id<TAB>corpus-id<TAB>score'", key="qrels", path=str(qrels))
+            raise _bad(qrels, "qrels", f"line {n} must be 'query-id<TAB>corpus-id<TAB>score'")
         qid, did, score = parts[0].strip(), parts[1].strip(), int(parts[2])
         if did not in docs:
-            raise ConfigError(f"{qrels}: line {n}: corpus id {did!r} is not in the corpus", key="qrels", path=str(qrels))
+            raise _bad(qrels, "qrels", f"line {n}: corpus id {did!r} is not in the corpus")
         if qid not in qs:
-            raise ConfigError(f"{qrels}: line {n}: query id {qid!r} is not in the queries", key="qrels", path=str(qrels))
+            raise _bad(qrels, "qrels", f"line {n}: query id {qid!r} is not in the queries")
         judged.setdefault(qid, {})[did] = score
     if not docs:
-        raise ConfigError(f"{corpus}: no documents", key="corpus", path=str(corpus))
+        raise _bad(corpus, "corpus", "no documents")
+    if not any(score > 0 for rels in judged.values() for score in rels.values()):
+        # Nothing to measure: every metric would print 0.0000 for "0 judged queries", with exit 0.
+        raise _bad(qrels, "qrels", "no query has a relevant document (a score above 0): there is nothing to measure")
     return BeirSet(docs, qs, judged)
 
 

@@ -82,6 +82,32 @@ def test_load_beir_reports_bad_lines(tmp_path: Path):
         load_beir(corpus, queries, qrels)
 
 
+@pytest.mark.parametrize(
+    ("corpus_text", "qrels_text", "said"),
+    [
+        # A repeated _id was kept once without a word (three lines read as two documents).
+        ('{"_id": "d1", "text": "x"}\n{"_id": "d2", "text": "y"}\n{"_id": "d1", "text": "z"}\n', "q1\td1\t1\n", "line 3: _id 'd1' is already on line 1"),
+        # A text of another type became its string ("5", "None").
+        ('{"_id": "d1", "text": 5}\n', "q1\td1\t1\n", "line 1: text is int, not a string"),
+        ('{"_id": "d1", "text": "x", "title": ["a"]}\n', "q1\td1\t1\n", "line 1: title is list, not a string"),
+        # Nothing to measure: every metric printed 0.0000 for "0 judged queries", with exit 0.
+        ('{"_id": "d1", "text": "x"}\n', "query-id\tcorpus-id\tscore\n", "no query has a relevant document"),
+        ('{"_id": "d1", "text": "x"}\n', "q1\td1\t0\n", "no query has a relevant document"),
+    ],
+)
+def test_load_beir_refuses_what_it_would_misread(tmp_path: Path, corpus_text: str, qrels_text: str, said: str):
+    corpus, queries, qrels = tmp_path / "corpus.jsonl", tmp_path / "queries.jsonl", tmp_path / "qrels.tsv"
+    corpus.write_text(corpus_text)
+    queries.write_text('{"_id": "q1", "text": "x"}\n')
+    qrels.write_text(qrels_text)
+    with pytest.raises(ConfigError, match=re.escape(said)) as caught:
+        load_beir(corpus, queries, qrels)
+    assert "configuration file" not in caught.value.hint and "BEIR format" in caught.value.hint
+    corpus.write_text('{"_id": "d1", "text": null}\n{"_id": 2, "text": "y"}\n')  # null is an empty text; an int id is its string
+    qrels.write_text("q1\t2\t1\n")
+    assert load_beir(corpus, queries, qrels).corpus == {"d1": ("", ""), "2": ("", "y")}
+
+
 # --- prefilters -------------------------------------------------------------------------------
 
 
