@@ -1,7 +1,7 @@
 """What every extractor's output goes through, once, whatever the format: clean, redact, cap.
 
 - Control characters: C0 controls other than tab and newline, DEL, and C1 controls
-  other than NEL are removed (they can drive a terminal that shows a search hit, and
+  other than NEL are removed (a form feed, vertical tab or separator character becomes a space) (they can drive a terminal that shows a search hit, and
   a NUL breaks tools downstream); a carriage return becomes a newline. Removing, not
   replacing, keeps every line where it was, so line locators stay true.
 - Secrets: ``redact`` runs over every segment's text and label (notes, OCR of images
@@ -21,8 +21,13 @@ from memory_pipeline.extraction.media import MediaOptions, Segments
 from memory_pipeline.extraction.redact import redact
 from memory_pipeline.models import Segment
 
-# C0 except \t \n (\r is handled first), DEL, C1 except NEL (U+0085, a line separator in text).
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f\x80-\x84\x86-\x9f]")
+# C0 except \t \n (\r is handled first) and the separators below, DEL, C1 except NEL (U+0085, a line
+# separator in text).
+_CONTROL = re.compile("[\x00-\x08\x0e-\x1b\x7f\x80-\x84\x86-\x9f]")
+# Vertical tab, form feed and the information separators (FS, GS, RS, US) separate text: each becomes
+# a space (not a line break, so line numbers stay the file's). Removed, "page two<FF>still two" was
+# indexed as "twostill".
+_SEPARATOR = re.compile("[\x0b\x0c\x1c-\x1f]")
 _LABEL_SPACE = re.compile(r"\s+")
 
 
@@ -32,12 +37,14 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def clean_text(text: str) -> tuple[str, int]:
-    """The text without control characters (newlines kept) and with each lone surrogate replaced
-    by U+FFFD, and how many characters were removed or replaced."""
+    """The text without control characters (newlines kept; a form feed, vertical tab or separator
+    character a space) and with each lone surrogate replaced by U+FFFD, and how many characters
+    were removed or replaced (the spaces are not counted: nothing was lost)."""
     if "\r" in text:
         text = text.replace("\r\n", "\n").replace("\r", "\n")
     text, replaced = _SURROGATE.subn("\ufffd", text)
     text, removed = _CONTROL.subn("", text)
+    text = _SEPARATOR.sub(" ", text)
     return text, removed + replaced
 
 

@@ -104,6 +104,8 @@ def test_terminal_escapes_are_removed_from_every_text(tmp_path):
 def test_clean_text_keeps_tabs_newlines_and_unicode_separators():
     assert clean_text("a\tb\nc\u2028d\u0085e\x00\x7f") == ("a\tb\nc\u2028d\u0085e", 2)
     assert clean_label(" [x]\n\tuser:\x1b ") == "[x] user:"
+    # A form feed, vertical tab or separator character separates words (removed, "two\fstill" read "twostill").
+    assert clean_text("page two\x0cstill two\x0bthree\x1ffour\x1e") == ("page two still two three four ", 0)
 
 
 # --- redaction and cleanup happen centrally, for media too ------------------------------------------
