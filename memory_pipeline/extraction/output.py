@@ -1,9 +1,10 @@
 """What every extractor's output goes through, once, whatever the format: clean, redact, cap.
 
 - Control characters: C0 controls other than tab and newline, DEL, and C1 controls
-  other than NEL are removed (a form feed, vertical tab or separator character becomes a space) (they can drive a terminal that shows a search hit, and
-  a NUL breaks tools downstream); a carriage return becomes a newline. Removing, not
-  replacing, keeps every line where it was, so line locators stay true.
+  other than NEL are removed (they can drive a terminal that shows a search hit, and
+  a NUL breaks tools downstream); a form feed, vertical tab or separator character
+  becomes a space (it separates words); a carriage return becomes a newline. Neither
+  removing nor the space moves a line, so line locators stay true.
 - Secrets: ``redact`` runs over every segment's text and label (notes, OCR of images
   and keyframes, transcripts, PDF pages, documents, messages).
 - Caps: at most ``max_segments`` segments and ``max_chars`` characters per file. A file
