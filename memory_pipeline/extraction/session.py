@@ -52,6 +52,15 @@ def _content_text(content: Any) -> str | None:
     return None
 
 
+def _odd_text_parts(content: Any) -> bool:
+    """Whether a list of parts holds a text part whose ``text`` is not a string (an object, a number):
+    its other parts are indexed, and the line is reported, not dropped in silence."""
+    return isinstance(content, list) and any(
+        isinstance(part, dict) and part.get("type") in ("text", "input_text", "output_text") and part.get("text") is not None and not isinstance(part.get("text"), str)
+        for part in content
+    )
+
+
 def _message(record: dict) -> tuple[str, str | None, str] | None:
     """(role, text, timestamp) of a user/assistant record, else None; text is None when the
     content holds no text this reader knows (see :func:`_content_text`)."""
@@ -101,6 +110,7 @@ def session_segments(src: OpenedFile, options: MediaOptions) -> Segments:
     not_json: list[int] = []
     not_object: list[int] = []
     no_text: list[int] = []  # messages whose content is neither text nor parts of text
+    odd_parts: list[int] = []  # messages with a text part whose text is not a string (the rest kept)
     records = 0
     capped = False
     # Only "\n" ends a JSONL record: U+2028 and friends may appear raw inside JSON strings.
@@ -126,6 +136,10 @@ def session_segments(src: OpenedFile, options: MediaOptions) -> Segments:
         role, body, timestamp = parsed
         if body is None:
             no_text.append(line_no)
+        else:
+            message = record.get("message")
+            if _odd_text_parts((message if isinstance(message, dict) else record).get("content")):
+                odd_parts.append(line_no)
         if not body:
             continue
         if len(segments) >= options.max_segments:
@@ -143,6 +157,8 @@ def session_segments(src: OpenedFile, options: MediaOptions) -> Segments:
         segments.warn(_lines_warning(not_object, "JSON but not an object"))
     if no_text:
         segments.warn(_lines_warning(no_text, "messages whose content is not text"))
+    if odd_parts:
+        segments.warn(_lines_warning(odd_parts, "messages with a text part that is not a string (their other parts are indexed)"))
     if cut and not capped:
         segments.warn(f"indexed the first {options.max_chars * 4} bytes of {src.size} (max_chars={options.max_chars})")
     return segments

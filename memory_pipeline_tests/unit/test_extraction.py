@@ -141,6 +141,20 @@ def test_session_content_of_other_shapes_is_read_or_reported_and_bad_times_are_n
     assert segs.warning == "2 lines are messages whose content is not text: 2, 3", segs.warning
 
 
+def test_a_text_part_that_is_not_a_string_is_reported_and_the_others_kept(tmp_path):
+    """A text part whose `text` is an object was dropped without a word."""
+    text = "\n".join(
+        json.dumps(r)
+        for r in (
+            {"role": "assistant", "content": [{"type": "text", "text": "nested part"}, {"type": "text", "text": {"nested": "deeper"}}]},
+            {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}, {"type": "text", "text": "a picture"}]},
+        )
+    )
+    segs = extract_session(write(tmp_path, "s.jsonl", text))
+    assert [(s.line_start, s.text) for s in segs] == [(1, "nested part"), (2, "a picture")]
+    assert segs.warning == "1 line is messages with a text part that is not a string (their other parts are indexed): 1", segs.warning
+
+
 def test_session_messages_are_redacted(tmp_path):
     """Secrets in transcript messages never reach the segment text."""
     key = "sk-proj-" + "A1b2C3d4" * 4
