@@ -478,8 +478,10 @@ def cmd_status(args) -> int:
     described = generations.describe(settings)
     # The records against the table (cheap: two counts): rows deleted outside a run, or a table
     # restored from elsewhere. While a generation builds, the records are of two tables: no claim.
-    mismatch = "" if described["building"] or rows == recorded_chunks else (
-        f"the table holds {rows} rows where the index records say {recorded_chunks}: run `memory index` (it repairs the table)"
+    mismatch = (
+        ""
+        if described["building"] or rows == recorded_chunks
+        else (f"the table holds {rows} rows where the index records say {recorded_chunks}: run `memory index` (it repairs the table)")
     )
     status = {
         "config": str(settings.config_path),

@@ -63,7 +63,7 @@ class BeirSet:
     qrels: dict[str, dict[str, int]]  # query id -> {doc id: relevance}
 
 
-BEIR_HINT = "fix the file: BEIR format is corpus.jsonl and queries.jsonl ({\"_id\", \"text\"} per line) and qrels.tsv (query-id, corpus-id, score)"
+BEIR_HINT = 'fix the file: BEIR format is corpus.jsonl and queries.jsonl ({"_id", "text"} per line) and qrels.tsv (query-id, corpus-id, score)'
 
 
 def _bad(path: str | Path, what: str, message: str) -> ConfigError:

@@ -44,12 +44,13 @@ REMEDY = {
 def evaluate(report: "CoverageReport", ident: "EmbeddingIdentity", min_coverage: float) -> list[dg.AssetCheckResult]:
     """Every check's result for a coverage report."""
 
-    def result(name: str, passed: bool, kind: str | None = None, **extra) -> dg.AssetCheckResult:
-        paths = report.paths(kind) if kind else []
+    def result(name: str, passed: bool, kind: str | tuple[str, ...] | None = None, **extra) -> dg.AssetCheckResult:
+        kinds = (kind,) if isinstance(kind, str) else tuple(kind or ())
+        paths = sorted({p for k in kinds for p in report.paths(k)})
         meta = {"offending_paths": dg.MetadataValue.json(paths[:_MAX_PATHS]), "count": len(paths), **extra}
         description = None
         if not passed:
-            first = (report.problems.get(kind) or [{}])[0] if kind else {}
+            first = next((report.problems[k][0] for k in kinds if report.problems.get(k)), {})
             what = f"{len(paths)} file(s), e.g. {first.get('path')}: {first.get('detail')}" if first else CHECKS[name][1]
             description = f"{what}. {REMEDY[name]}" if name in REMEDY else what
         return dg.AssetCheckResult(asset_key=COVERAGE, check_name=name, passed=passed, metadata=meta, description=description)
@@ -69,7 +70,7 @@ def evaluate(report: "CoverageReport", ident: "EmbeddingIdentity", min_coverage:
         result(
             "index_coverage_threshold_check",
             report.coverage_ratio >= min_coverage,
-            "failed",
+            ("failed", "missing_rows"),  # every file that counts against coverage and has a problem row
             coverage=round(report.coverage_ratio, 4),
             min_coverage=min_coverage,
         ),

@@ -56,7 +56,10 @@ def _odd_text_parts(content: Any) -> bool:
     """Whether a list of parts holds a text part whose ``text`` is not a string (an object, a number):
     its other parts are indexed, and the line is reported, not dropped in silence."""
     return isinstance(content, list) and any(
-        isinstance(part, dict) and part.get("type") in ("text", "input_text", "output_text") and part.get("text") is not None and not isinstance(part.get("text"), str)
+        isinstance(part, dict)
+        and part.get("type") in ("text", "input_text", "output_text")
+        and part.get("text") is not None
+        and not isinstance(part.get("text"), str)
         for part in content
     )
 

@@ -108,8 +108,14 @@ def test_index_json_with_a_missing_config_prints_one_object(tmp_path: Path):
 @pytest.mark.parametrize(
     "argv",
     [
-        ["search", "kiln"], ["status"], ["analytics"], ["analytics", "--sql", "SELECT 1"], ["scan"],
-        ["generations"], ["config", "show"], ["store", "--file", "x.md"],
+        ["search", "kiln"],
+        ["status"],
+        ["analytics"],
+        ["analytics", "--sql", "SELECT 1"],
+        ["scan"],
+        ["generations"],
+        ["config", "show"],
+        ["store", "--file", "x.md"],
         ["eval", "--corpus", "c.jsonl", "--queries", "q.jsonl", "--qrels", "r.tsv"],
     ],
     ids=lambda argv: " ".join(argv[:2]),

@@ -185,7 +185,9 @@ def test_coverage_counts_files_that_failed_before_extraction(tmp_path: Path):
     cfg = write_config(tmp_path / "memory_pipeline.yaml", provider="none", checks={"min_coverage": 0.9})
     summary = run_json("index", "--config", str(cfg), "--json")
     assert [(Path(e["path"]).name, e["status"]) for e in summary["errors"]] == [("scan.txt", "failed")], summary["errors"]
-    rows = run_json("analytics", "--config", str(cfg), "--json", "--sql", "SELECT modality, files_indexable, files_indexed, files_failed, coverage FROM coverage")["rows"]
+    rows = run_json(
+        "analytics", "--config", str(cfg), "--json", "--sql", "SELECT modality, files_indexable, files_indexed, files_failed, coverage FROM coverage"
+    )["rows"]
     by = {r["modality"]: r for r in rows}
     assert by["image"] == {"modality": "image", "files_indexable": 1, "files_indexed": 0, "files_failed": 1, "coverage": 0.0}, rows
     assert by["markdown"]["coverage"] == 1.0

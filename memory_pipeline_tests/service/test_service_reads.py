@@ -35,7 +35,9 @@ def test_memory_get_cleans_like_the_index_before_it_redacts_and_counts_lines_as_
     NEL and U+2028, where search locators count newlines only."""
     mem = server.config.parent / "mem"
     pgpass = "db.example.com:5432:mydb:bob:S3cr3tPgpassZZ1"
-    (mem / "cr-only.md").write_bytes(f"Pgpass notes\r\rOur backup host entry:\r{pgpass}\rmachine api.example.com login bob password NetrcSecretQQ7\rend\r".encode())
+    (mem / "cr-only.md").write_bytes(
+        f"Pgpass notes\r\rOur backup host entry:\r{pgpass}\rmachine api.example.com login bob password NetrcSecretQQ7\rend\r".encode()
+    )
     (mem / "crlf.md").write_bytes(f"x\r\nbackup host entry:\r\n{pgpass}\r\n".encode())
     (mem / "ctl.md").write_bytes(f"Key note\n\nOPENAI key {OPENAI_KEY[:14]}\x08{OPENAI_KEY[14:]} here\n".encode())
     for name, secrets in (("cr-only.md", ("S3cr3tPgpassZZ1", "NetrcSecretQQ7")), ("crlf.md", ("S3cr3tPgpassZZ1",)), ("ctl.md", (OPENAI_KEY[14:],))):
