@@ -14,7 +14,10 @@ Each format is read so that a small hostile file cannot cost much:
   predefined character references.
 - JSON is flattened without recursion, and stops at ``max_chars``.
 
-Secrets are redacted, and output capped, by ``extract`` like every format's.
+Secrets are redacted, and output capped, by ``extract`` like every format's. Tables are
+the exception that proves it: a row is read apart from its header (a CSV row, a docx row
+each a segment of its own), so a cell under a column whose header names a secret
+("password", "API Key") is redacted here, whole, where the header is known.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from memory_pipeline.errors import ExtractionError
 from memory_pipeline.extraction.markdown import read_text
 from memory_pipeline.extraction.media import MediaOptions, Segments, media_segment
 from memory_pipeline.extraction.output import clean_text
+from memory_pipeline.extraction.redact import redact_cell, table_header_kinds
 from memory_pipeline.models import Segment
 from memory_pipeline.safeio import OpenedFile
 
@@ -106,12 +110,17 @@ def _para_text(p) -> str:
 
 
 def _table_rows(tbl) -> Iterator[str]:
+    kinds: list[str | None] | None = None  # per column, the secret its header names (the first row)
     for tr in tbl.iter(_W + "tr"):
+        texts = [" ".join("\n".join(_para_text(p) for p in tc.findall(_W + "p")).split())[:_MAX_CELL] for tc in tr.findall(_W + "tc")]
+        if kinds is None:
+            kinds = table_header_kinds(texts)
+        else:
+            texts = [redact_cell(kind, text) for text, kind in zip(texts, kinds + [None] * len(texts))]
         cells: list[str] = []
-        for tc in tr.findall(_W + "tc"):
-            text = " ".join("\n".join(_para_text(p) for p in tc.findall(_W + "p")).split())
-            if text and (not cells or cells[-1] != text[:_MAX_CELL]):  # merged cells repeat
-                cells.append(text[:_MAX_CELL])
+        for text in texts:
+            if text and (not cells or cells[-1] != text):  # merged cells repeat
+                cells.append(text)
         if cells:
             yield " | ".join(cells)
 
@@ -177,9 +186,25 @@ def _docx_body(src: OpenedFile, options: MediaOptions) -> Segments:
     return body
 
 
+class _Table:
+    """An HTML table being read: the secret each column names (from its first row) and the row being read."""
+
+    def __init__(self) -> None:
+        self.kinds: list[str | None] | None = None
+        self.row: list[list[str]] | None = None  # cells, each the text parts read into it
+
+
 class _HTMLText(HTMLParser):
+    """Text of an HTML page: blocks on lines of their own, a table's row a line of cells joined by " | "
+    (so "<td>Margarethe</td><td>Quartermaster</td>" stays two words, and a cell under a password
+    column is redacted whole: the table's first row is its header)."""
+
     _SKIP = {"script", "style", "noscript", "template", "svg", "head"}
-    _BLOCK = {"p", "div", "br", "li", "tr", "h1", "h2", "h3", "h4", "h5", "h6", "section", "article", "table", "ul", "ol", "pre", "blockquote", "title"}
+    _BLOCK = {
+        "p", "div", "br", "li", "h1", "h2", "h3", "h4", "h5", "h6", "section", "article", "table", "ul", "ol", "pre",
+        "blockquote", "title", "dl", "dt", "dd", "caption", "hr", "header", "footer", "nav", "main", "aside", "figcaption",
+    }  # fmt: skip
+    _CELLS = {"td", "th"}
 
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
@@ -187,28 +212,84 @@ class _HTMLText(HTMLParser):
         self.skip = 0
         self.title = ""
         self._in_title = False
+        self.tables: list[_Table] = []
+
+    def _out(self, text: str) -> None:
+        """Text where it goes: the open cell of the innermost table that has one (a nested table's rows
+        go into the cell holding it), or the page."""
+        for table in reversed(self.tables):
+            if table.row:
+                table.row[-1].append(text)
+                return
+        self.parts.append(text)
+
+    def _end_row(self) -> None:
+        table = self.tables[-1]
+        row, table.row = table.row, None
+        if not row:
+            return
+        cells = [" ".join("".join(parts).split()) for parts in row]
+        if table.kinds is None:
+            table.kinds = table_header_kinds(cells)
+        else:
+            cells = [redact_cell(kind, cell) for cell, kind in zip(cells, table.kinds + [None] * len(cells))]
+        line = " | ".join(c for c in cells if c)
+        if line:
+            self._out(f"\n{line}\n")
 
     def handle_starttag(self, tag, attrs):
         if tag == "title":
             self._in_title = True
         elif tag in self._SKIP:
             self.skip += 1
-        if tag in self._BLOCK:
-            self.parts.append("\n")
+        if self.skip:
+            return
+        if tag == "table":
+            self._out("\n")
+            self.tables.append(_Table())
+        elif tag == "tr" and self.tables:
+            if self.tables[-1].row is not None:
+                self._end_row()  # an end tag left out: <tr> closes the row before it
+            self.tables[-1].row = []
+        elif tag in self._CELLS and self.tables:
+            table = self.tables[-1]
+            if table.row is None:
+                table.row = []
+            table.row.append([])  # </td> may be left out: a cell runs to the next one
+        elif tag in self._BLOCK:
+            self._out("\n")
 
     def handle_endtag(self, tag):
         if tag == "title":
             self._in_title = False
         elif tag in self._SKIP and self.skip:
             self.skip -= 1
-        if tag in self._BLOCK:
-            self.parts.append("\n")
+            return
+        if self.skip:
+            return
+        if tag in ("tr", "table") and self.tables:
+            if self.tables[-1].row is not None:
+                self._end_row()
+            if tag == "table":
+                self.tables.pop()
+                self._out("\n")
+        elif tag in self._CELLS and self.tables and self.tables[-1].row:
+            self.tables[-1].row[-1].append(" ")
+        elif tag in self._BLOCK:
+            self._out("\n")
 
     def handle_data(self, data):
         if self._in_title:
             self.title += data
         elif not self.skip:
-            self.parts.append(data)
+            self._out(data)
+
+    def close(self) -> None:
+        super().close()
+        while self.tables:  # a table never closed: its last row is still text
+            if self.tables[-1].row is not None:
+                self._end_row()
+            self.tables.pop()
 
 
 def html_text(text: str) -> str:
@@ -233,8 +314,15 @@ def _csv_rows(text: str, path: str, options: MediaOptions) -> Segments:
         if not header:
             return out
         out.append(Segment(text="Columns: " + ", ".join(h for h in header if h), line_start=1, line_end=1, kind="row"))
+        # "password: correct horse battery staple" loses the cell's end once written: a
+        # cell under a secret's column is redacted whole here, where the header is known.
+        kinds = table_header_kinds(header)
         for n, row in enumerate(rows, start=2):
-            cells = [f"{h or f'col{i + 1}'}: {v.strip()[:_MAX_CELL]}" for i, (h, v) in enumerate(zip(header + [""] * len(row), row)) if v.strip()]
+            cells = [
+                f"{h or f'col{i + 1}'}: {redact_cell(kind, v.strip()[:_MAX_CELL])}"
+                for i, (h, kind, v) in enumerate(zip(header + [""] * len(row), kinds + [None] * len(row), row))
+                if v.strip()
+            ]
             if not cells:
                 continue
             if len(out) >= options.body_segments():

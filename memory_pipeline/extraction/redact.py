@@ -35,7 +35,10 @@ Detectors, in order of precedence when two find the same text:
    where ours are defined.
 
 Private key blocks (PEM, PGP, PuTTY, and PEM encoded once more in base64) are found
-in the whole text first, since they span lines or run past a window.
+in the whole text first, since they span lines or run past a window; so are a markdown
+table's cells under a column whose header names a secret, and a YAML value on the line
+below its key (see ``_redact_tables``, ``_redact_next_lines``). Extractors that split a
+table's rows from its header (CSV, docx, HTML) redact such cells with ``redact_cell``.
 
 Not used: the high-entropy string detectors. On prose they redact git SHAs, UUIDs,
 hashes and ids that users search for. A random-looking value is only redacted where a
@@ -128,11 +131,17 @@ class _LineIndex:
             at = find(self.starts[i + 1]) if i + 1 < len(self.starts) - 1 else -1  # on to the next line
 
 
-# A keyword, an identifier's tail, closing quotes, and an assignment. Bounded and
-# possessive ({0,80}+ never gives back), so linear on any text, long identifiers too.
+# Look-alikes of ":" and "=" (full-width and small forms, ratio, modifier colon) that
+# CJK text and pasted documents use as the assignment.
+_COLONS = "\uff1a\ufe13\ufe55\u2236\ua789"
+_EQUALS = "\uff1d\ufe66"
+
+# A keyword, an identifier's tail, list indexes, closing quotes, and an assignment (or a
+# table's cell separator). Bounded and possessive ({0,80}+ never gives back), so linear
+# on any text, long identifiers too.
 _ASSIGNMENT_GATE = re.compile(
-    r"""(?:pass|pwd|pw|psk|secret|token|key|credential|auth|contrase)[\w.\-]{0,80}+(?:\\?["'`]|[\]*)]){0,3}[ \t]{0,8}"""
-    r"""(?:[:=!]|[ \t](?:is|was)[ \t])"""
+    r"""(?:pass|pwd|pw|psk|secret|token|key|credential|auth|contrase)[\w.\-]{0,80}+(?:\[[0-9]{1,6}\]){0,4}(?:\\?["'`]|[\]*)]){0,3}[ \t]{0,8}"""
+    rf"""(?:[:=!|{_COLONS}{_EQUALS}]|[ \t](?:is|was)[ \t])"""
 )
 
 
@@ -343,12 +352,14 @@ _COOKIE_ATTRIBUTES = frozenset({"path", "domain", "expires", "max-age", "samesit
 # joined, is a secret word, and no word marks it as metadata (password_file, max_tokens).
 
 # An identifier of at most 64 characters holding a keyword (without leading or trailing
-# "." and "-"), then the assignment: closing quotes, brackets or markdown emphasis, the
-# operator, emphasis again. The lookbehind starts it at an identifier's start and the
-# bounds keep it linear on long runs of letters.
+# "." and "-"), list indexes (a flattened JSON list: "passwords[0]", "api_keys[2]"), then
+# the assignment: closing quotes, brackets or markdown emphasis, the operator (or a look-
+# alike of ":" or "="; or "|", a table's next cell), emphasis again. The lookbehind starts
+# it at an identifier's start and the bounds keep it linear on long runs of letters.
 _KEYED_IDENT = re.compile(
     r"""(?<![\w.\-])[.\-]{0,8}(?P<ident>[\w.\-]{0,64}?(?:pass|pwd|pw|psk|secret|token|key|credential|auth|contrase)(?:[\w.\-]{0,64}\w)?)[.\-]{0,8}(?![\w.\-])"""
-    r"""(?:\\?["'`]|[\]*_)]){0,3}[ \t]{0,8}(?P<sep>:=|=>|={1,3}|!==?|::|:(?![/\\]{2})|[ \t](?:is|was)[ \t])[ \t]{0,8}(?:[*_]{1,3}[ \t]{0,4})?""",
+    r"""(?:\[[0-9]{1,6}\]){0,4}(?:\\?["'`]|[\]*_)]){0,3}[ \t]{0,8}"""
+    rf"""(?P<sep>:=|=>|={{1,3}}|!==?|::|:(?![/\\]{{2}})|[{_COLONS}{_EQUALS}]|\|(?!\|)|[ \t](?:is|was)[ \t])[ \t]{{0,8}}(?:[*_]{{1,3}}[ \t]{{0,4}})?""",
     re.I,
 )
 # A version as a package pin or a manifest gives it: 0.14.0, ^3.3, >=2.0.1rc1, v1.2.3-beta.
@@ -386,6 +397,12 @@ _CONTAINER_WORDS = frozenset({"vault", "manager", "store"})
 # A secret word glued to a prefix in a code-like key: PGPASSWORD, REDISPASSWORD, CLIENTSECRET.
 # Not "token": names of things end in it (tiktoken, TIKTOKEN_ENCODING=cl100k_base).
 _SECRET_SUFFIXES = ("password", "passwd", "passphrase", "secret")
+# A list of secrets (a JSON list flattened to "passwords[0]: x", "api_keys: [...]") is
+# keyed by the plural. Not "tokens": it counts things (max_tokens, "tokens: 512").
+_SINGULAR = {
+    "passwords": "password", "passwds": "passwd", "passphrases": "passphrase", "passcodes": "passcode",
+    "secrets": "secret", "keys": "key", "apikeys": "apikey",
+}  # fmt: skip
 
 # The value: quoted (CSV-doubled, JSON-escaped, plain, single, backtick) or a bare word.
 # A bare word stops at , ; & | < > and quotes, which end it in CSV rows, query strings
@@ -413,21 +430,73 @@ _LINE_END = re.compile(r"""[ \t.,;:!)\]}]*(?:$|\\n|\\r)""")
 _NOT_A_SECRET = re.compile(
     r"""(?ix)
     \[REDACTED:                  # already redacted
-    | [$%]\{?[A-Za-z_(]          # $VAR ${VAR} %VAR% $(cmd): a reference, not the secret
     | \$?\{\{ | <[^>]*>$ | \[[^\]]*\]$ | \.\.\.$ | …$  # templates, <placeholder>, [placeholder]
     | your[_\-]?(?:[a-z]+[_\-]?)?(?:password|passwd|pass|pw|token|key|secret)$  # yourpassword, your-api-key
     | [*xX.\-_#•]+$              # masked: ****, xxxx
     | (?:none|null|nil|true|false|yes|no|on|off|undefined|required|optional|string|str|bytes|int|redacted|hidden|empty
        |set|unset|tbd|todo|n/a|na|secret|password|token|see|here|below|above|the|a|an|is|to|of|and|or|in|for|from)$
-    | (?:/|\./|\.\./|~/|[A-Za-z]:\\)  # a file path
     | (?:https?|file)://           # a URL (its credentials are the URL detector's)
     | (?-i:[A-Z][A-Z0-9]*_[A-Z0-9_]+$)  # the name of an environment variable
-    | [\w.]*\(                     # a call (os.getenv(...)) or a parenthetical note
     | process\.env | os\.environ | env\.
     """
 )
 # What a URL's password may be without being one: a marker, a reference, a placeholder.
 _URL_PLACEHOLDER = re.compile(r"\[REDACTED:|[$%]\{?[A-Za-z_(]|\{\{|<[^>]*>$|[*xX.]+$")
+
+# References, paths and calls are not the secret, but a password may hold a "(" or start
+# with "$", "%" or "/" (generated ones often do), so each counts only in its own shape:
+# - a reference: ${...}, $(...), %(name)s and %NAME% always; a bare $NAME only when NAME is
+#   named like a variable (DB_PASSWORD, redis_password, dbPassword): a name mixing upper
+#   case, lower case and digits ($DollarLEAK77x) is a password that starts with "$", and
+#   "%Tr0ub4dor9" (no closing "%") is no Windows variable;
+# - a path: ./ ../ ~/ C:\ , or "/" with a second segment (/run/secrets/db) or a plain word
+#   (/tmp); "/Abc123xyz9" is one segment that looks like a password;
+# - a call: name( whose value ends inside its arguments (cut at a quote: os.getenv("X"),
+#   with the ")" later on the line) or at its closing ")" (get_password(), f(x).strip(),
+#   f(x)[0]); "Xk9(ParenLEAK2z" never closes and "AbC(12)dEf34gHi56" goes on after the
+#   ")", so both are passwords. A value starting with "(" is a parenthetical note.
+_BARE_VAR = re.compile(r"[$%]([A-Za-z_][A-Za-z0-9_]{0,127}+)(?![A-Za-z0-9_])")
+_CALL = re.compile(r"[A-Za-z_][\w.]{0,127}+\(")
+_WINDOWS_PATH = re.compile(r"[A-Za-z]:\\")
+
+
+def _reference(value: str) -> bool:
+    if value.startswith(("${", "$(", "%(")):
+        return True
+    var = _BARE_VAR.match(value)
+    if var is None:
+        return False
+    if value[0] == "%":
+        return value.startswith("%", var.end())
+    name = var.group(1)
+    return not (any(c.isdigit() for c in name) and any(c.isupper() for c in name) and any(c.islower() for c in name))
+
+
+def _path(value: str) -> bool:
+    if value.startswith(("./", "../", "~/")) or _WINDOWS_PATH.match(value):
+        return True
+    if not value.startswith("/"):
+        return False
+    first = value[1:].split("/", 1)
+    return (len(first) > 1 and first[1] != "") or not _strong(first[0])
+
+
+def _call(value: str, after: str) -> bool:
+    if value.startswith("("):
+        return True
+    call = _CALL.match(value)
+    if call is None:
+        return False
+    args = value[call.end() :]
+    if ")" not in args:
+        return ")" in after
+    rest = args[args.rfind(")") + 1 :]
+    return rest == "" or rest[0] in ".["
+
+
+def _not_a_secret(value: str, after: str = "") -> bool:
+    """A placeholder, reference, path or call rather than the secret (``after``: the line after the value)."""
+    return _NOT_A_SECRET.match(value) is not None or _reference(value) or _path(value) or _call(value, after)
 
 
 def _key_words(ident: str) -> list[str]:
@@ -442,7 +511,7 @@ def _key_kind(ident: str, quoted: bool) -> tuple[str | None, bool]:
 
 
 def _secret_key_kind(ident: str, code_like: bool) -> str | None:
-    words = _key_words(ident)
+    words = [_SINGULAR.get(w, w) for w in _key_words(ident)]
     if not words or any(w in _METADATA_WORDS for w in words) or words[-1] in _CONTAINER_WORDS:
         return None
     found: set[str] = set()
@@ -511,6 +580,14 @@ def _assignments(window_: _Window) -> _Found:
             continue
         if window.startswith(("[REDACTED:", '"[REDACTED:'), hit.end()):
             continue  # already redacted: the common case on a second pass
+        sep = hit.group("sep").strip()
+        sep = ":" if sep in _COLONS else "=" if sep in _EQUALS else sep
+        if sep == "|":
+            span = _next_cell_value(window, key_start, hit.end(), kind)
+            if span is not None:
+                taken = span[1]
+                yield span[0], span[1], kind
+            continue
         found = _VALUE.match(window, hit.end())
         if found is None:
             continue
@@ -519,11 +596,10 @@ def _assignments(window_: _Window) -> _Found:
         quoted = group != "v5"
         # An unquoted value ends a sentence or a bracket more often than it holds one.
         value = raw.strip() if quoted else raw.rstrip(".,:!?)]}")
-        if not value or _NOT_A_SECRET.match(value):
-            continue
         v_start = found.start(group) + raw.find(value)
         v_end = v_start + len(value)
-        sep = hit.group("sep").strip()
+        if not value or _not_a_secret(value, window[v_end:]):
+            continue
         if sep in ("is", "was"):
             # Prose: "the password is expired" is not a password, "is Fjord4Llama" and
             # 'the wifi password is "sunshine"' (quoted) are.
@@ -531,7 +607,10 @@ def _assignments(window_: _Window) -> _Found:
         elif sep not in (":", "::"):
             ok = len(value) >= 3 and (quoted or " " not in value)
         elif quoted:
-            ok = len(value) >= 3 and (code_like or " " not in value)
+            # A quoted value after a password key is the password, spaces and all
+            # ('password: "correct horse battery staple"'); after another key, a phrase
+            # in quotes is more often a label, unless the key is code ("api_key": "...").
+            ok = len(value) >= 3 and (code_like or " " not in value or kind == "password")
         else:
             # A plain word after "Key:" is a password only on a line of its own
             # ("password: sunshine"), not in a sentence ("Reset your password: see below").
@@ -551,6 +630,42 @@ def _assignments(window_: _Window) -> _Found:
                 v_end = rest.end()
             taken = v_end
             yield v_start, v_end, kind
+
+
+_CELL = re.compile(r"[^|\r\n]{1,512}+")
+
+
+def _next_cell_value(window: str, key_start: int, at: int, kind: str) -> tuple[int, int] | None:
+    """The span of the cell after a table cell that is a secret's key ("| password | x |"), when it holds the secret.
+
+    Only a whole cell is a key (not "cat token | jq"). The row may be a table's header
+    ("| password | notes |"), so a value must look like a secret: for a password a word
+    like a password (_strong) or a quoted value, spaces and all; for a key or token a
+    random-looking run (_mixed).
+    """
+    lo = max(0, key_start - 64)
+    head = window[lo:key_start].rstrip(" \t*_`")
+    if not (head.endswith("|") or (not head and lo == 0)):
+        return None
+    cell = _CELL.match(window, at)
+    if cell is None:
+        return None
+    raw = cell.group(0)
+    value = raw.strip().strip("*_")
+    quoted = len(value) >= 2 and value[0] in "\"'`" and value[-1] == value[0]
+    if quoted:
+        value = value[1:-1].strip()
+    if len(value) < 3 or _not_a_secret(value):
+        return None
+    words = value.split()
+    if kind == "password":
+        ok = quoted or any(_strong(w) for w in words)
+    else:
+        ok = len(words) == 1 and _mixed(value)
+    if not ok:
+        return None
+    start = cell.start() + raw.find(value)
+    return start, start + len(value)
 
 
 # --- scanning -----------------------------------------------------------------------------
@@ -751,7 +866,7 @@ def _find_cli_passwords(clis: tuple[_Cli, ...], window: _Window) -> _Found:
             continue
         for m in cli.flag.finditer(window.text, min(command.start(), len(window.text))):
             value = m.group("v")
-            if not _NOT_A_SECRET.match(value) and (cli.check is None or cli.check(value)):
+            if not _not_a_secret(value, window.text[m.end("v") :]) and (cli.check is None or cli.check(value)):
                 yield m.start("v"), m.end("v"), "password"
 
 
@@ -759,7 +874,7 @@ def _find_long_flags(window: _Window) -> _Found:
     for m in _LONG_FLAG.finditer(window.text):
         kind = _key_kind(m.group("ident"), False)[0]
         value = m.group("v")
-        if kind is not None and _key_words(m.group("ident"))[-1] != "id" and _strong(value) and not _NOT_A_SECRET.match(value):
+        if kind is not None and _key_words(m.group("ident"))[-1] != "id" and _strong(value) and not _not_a_secret(value, window.text[m.end("v") :]):
             yield m.start("v"), m.end("v"), kind
 
 
@@ -988,6 +1103,178 @@ def _redact_encoded_private_keys(text: str) -> tuple[str, int]:
     return "".join(out), count
 
 
+# --- tables and values on the next line (whole text) ------------------------------------------
+#
+# Two shapes where the key is on another line than its value, so the line scan cannot
+# see them: a table's column (the header names it, the rows below hold the values) and a
+# YAML key whose value starts on the next line ("password:" then an indented value, or
+# a block scalar "password: |" / ">"). Both are found once in the whole text, by
+# possessive patterns (linear), and rewrite the lines before the line scan.
+
+
+def column_kind(header: str) -> str | None:
+    """The kind of secret a table column holds, by its header cell ("Password", "login_password", "API Key"), or None."""
+    header = header.strip().strip("*_`\"'").strip()
+    if not header or len(header) > 64:
+        return None
+    return _key_kind(header, False)[0]
+
+
+def table_header_kinds(cells: list[str]) -> list[str | None]:
+    """Per column of a table's header row, the kind of secret its cells hold (None: not a secret).
+
+    A row that reads as key and value ("password | Sup3rS3cret9", a two-column table of
+    settings) is no header: its columns name nothing (the line scan reads that row).
+    """
+    kinds = [column_kind(c) for c in cells]
+    for i, kind in enumerate(kinds[:-1]):
+        if kind is not None and _strong(cells[i + 1].strip()) and column_kind(cells[i + 1]) is None:
+            return [None] * len(kinds)
+    return kinds
+
+
+def redact_cell(kind: str | None, cell: str) -> str:
+    """A table cell under a column of that kind: the marker where it holds a secret, else the cell unchanged.
+
+    A cell under a password column is the password whole, spaces and all ("correct horse
+    battery staple"); under a key, token or secret column, a random-looking run (_mixed):
+    such columns also list names ("DB password", "Stripe"). Empty cells, placeholders and
+    references stay.
+    """
+    value = cell.strip()
+    if kind is None or not value or value.startswith("[REDACTED:") or _not_a_secret(value):
+        return cell
+    if kind == "password" or (" " not in value and _mixed(value)):
+        return cell[: len(cell) - len(cell.lstrip())] + _marker(kind) + cell[len(cell.rstrip()) :]
+    return cell
+
+
+# A markdown table's delimiter row ("|---|:--:|", "--- | ---"): it follows the header.
+_TABLE_DELIM = re.compile(r"(?m)^[ \t]*+\|?[ \t]*+:?-++:?[ \t]*+(?:\|[ \t]*+:?-++:?[ \t]*+)*+\|?[ \t]*+\r?$")
+
+
+def _cell_spans(line: str) -> list[tuple[int, int]]:
+    """Where each cell of a markdown table row is (outer pipes dropped; "\\|" does not split)."""
+    spans: list[tuple[int, int]] = []
+    start = len(line) - len(line.lstrip())
+    end = len(line.rstrip())
+    if line.startswith("|", start):
+        start += 1
+    if end > start and line[end - 1] == "|" and line[end - 2 : end] != "\\|":
+        end -= 1
+    at = start
+    for i in range(start, end):
+        if line[i] == "|" and (i == 0 or line[i - 1] != "\\"):
+            spans.append((at, i))
+            at = i + 1
+    spans.append((at, end))
+    return spans
+
+
+def _redact_tables(text: str, lines: list[str], starts: list[int]) -> int:
+    """Cells under a secret-naming column of markdown tables, replaced in ``lines``; how many."""
+    count = 0
+    done = 0  # the first line not yet read as a table's row
+    for delim in _TABLE_DELIM.finditer(text):
+        i = bisect.bisect_right(starts, delim.start()) - 1
+        if i < 1 or i <= done or "|" not in lines[i - 1]:
+            continue
+        header = lines[i - 1]
+        kinds = table_header_kinds([header[a:b] for a, b in _cell_spans(header)])
+        done = i
+        if not any(kinds):
+            continue
+        j = i + 1
+        while j < len(lines) and "|" in lines[j]:
+            row = lines[j]
+            out: list[str] = []
+            at = 0
+            for (a, b), kind in zip(_cell_spans(row), kinds):
+                cell = redact_cell(kind, row[a:b])
+                if cell != row[a:b]:
+                    out.append(row[at:a])
+                    out.append(cell)
+                    at = b
+                    count += 1
+            if out:
+                lines[j] = "".join(out) + row[at:]
+            j += 1
+        done = j - 1
+    return count
+
+
+# "key:" ending its line, or "key: |" / "key: >-" (a block scalar), in YAML or front matter.
+_NEXT_LINE_KEY = re.compile(
+    r"""(?m)^(?P<indent>[ \t]*+(?:-[ \t]++)?)["']?(?P<ident>[A-Za-z_][\w.\-]{0,63}+)(?:\[[0-9]{1,6}\]){0,4}["']?[ \t]*+"""
+    rf"""[:{_COLONS}][ \t]*+(?P<block>[|>][+\-]?[0-9]?[+\-]?)?[ \t]*+(?:\#[^\n]*+)?\r?$"""
+)
+_MAPPING_LINE = re.compile(r"""[ \t]*+(?:-[ \t]++)?["']?[\w.\-]{1,64}+["']?[ \t]*+:(?:[ \t]|$)""")
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" \t"))
+
+
+def _redact_span(lines: list[str], j: int, start: int, end: int, kind: str) -> None:
+    lines[j] = lines[j][:start] + _marker(kind) + lines[j][end:]
+
+
+def _redact_next_lines(text: str, lines: list[str], starts: list[int]) -> int:
+    """Values of secret keys that start on the next, more indented line(s); replaced in ``lines``; how many."""
+    count = 0
+    for m in _NEXT_LINE_KEY.finditer(text):
+        kind = _key_kind(m.group("ident"), False)[0]
+        if kind is None:
+            continue
+        i = bisect.bisect_right(starts, m.start()) - 1
+        key_indent = len(m.group("indent"))
+        j = i + 1
+        if m.group("block"):
+            # A block scalar: every following line indented deeper (and blank lines among
+            # them) is the value, whatever it says.
+            found = False
+            while j < len(lines) and (not lines[j].strip() or _indent(lines[j]) > key_indent):
+                content = lines[j].strip()
+                if content and not content.startswith("[REDACTED:"):
+                    at = _indent(lines[j])
+                    _redact_span(lines, j, at, at + len(lines[j][at:].rstrip()), kind)
+                    found = True
+                j += 1
+            count += found
+            continue
+        if j >= len(lines) or _indent(lines[j]) <= key_indent or not lines[j].strip():
+            continue  # the value is not below the key: a heading, a label, an empty value
+        if _MAPPING_LINE.match(lines[j]) or lines[j].lstrip().startswith("#"):
+            continue  # a nested mapping (its own keys are scanned line by line) or a comment
+        item_indent = _indent(lines[j])
+        while j < len(lines) and _indent(lines[j]) == item_indent and lines[j].strip():
+            line = lines[j]
+            at = item_indent
+            item = line.startswith("-", at) and line[at + 1 : at + 2] in (" ", "\t", "")
+            if item:
+                at += 1 + _indent(line[at + 1 :])
+            value = line[at:].rstrip()
+            end = at + len(value)
+            if value[:1] in "\"'" and len(value) >= 2 and value[-1] == value[0]:
+                at, end, value, quoted = at + 1, end - 1, value[1:-1], True
+            else:
+                quoted = False
+            words = value.split()
+            if kind == "password":
+                # Below "password:" the line is the password (YAML's plain scalar), spaces and
+                # all; a list item with spaces is a markdown list of advice unless quoted.
+                ok = len(value) >= 3 and (quoted or not item or len(words) == 1)
+            else:
+                ok = len(words) == 1 and (_strong(value) or _mixed(value))
+            if ok and not value.startswith("[REDACTED:") and not _not_a_secret(value.strip()):
+                _redact_span(lines, j, at, end, kind)
+                count += 1
+            if not item:
+                break  # a plain scalar's first line; a list goes on item by item
+            j += 1
+    return count
+
+
 # --- public API ---------------------------------------------------------------------------
 
 
@@ -1003,7 +1290,13 @@ def redact(text: str) -> tuple[str, int]:
     if count:
         low = text.lower()
     lines = text.split("\n")
-    for i in sorted(_lines_to_scan(text, low, lines)):
+    scan = _lines_to_scan(text, low, lines)
+    if "|" in text or ":" in text or any(c in text for c in _COLONS):
+        starts = _LineIndex(lines).starts
+        if "|" in text:
+            count += _redact_tables(text, lines, starts)
+        count += _redact_next_lines(text, lines, starts)
+    for i in sorted(scan):
         line = lines[i]
         for _ in range(_MAX_PASSES):
             line, n = _redact_line(line)
