@@ -135,6 +135,13 @@ def cmd_index(args) -> int:
         )
         for err in summary["errors"]:
             print(f"  {err['status']}: {shown(err['path'])}: {shown(err['reason'])}", file=sys.stderr)
+        if summary.get("generation") == "building":
+            waits = summary.get("generation_waits_for") or []
+            print(
+                f"[WARN] the new generation {summary['table']} is not complete; searches use the current one until it is"
+                + (f": it waits for {', '.join(shown(w) for w in waits)} (fix or delete them, then run `memory index` again)" if waits else ""),
+                file=sys.stderr,
+            )
     return 0
 
 

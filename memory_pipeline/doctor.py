@@ -142,17 +142,17 @@ def _table(settings: Settings) -> list[dict]:
             out.append(_check("full-text index", "warn", "missing", "run `memory index` (it creates the index)"))
         else:
             out.append(_check("full-text index", "ok", "present" if rows else "empty table"))
-        if not info["building"]:
-            from memory_pipeline.stages.report import indexed_by_source
+        from memory_pipeline.stages.report import indexed_by_source, records_match_table
 
-            _, recorded = indexed_by_source(settings)
-            if rows != recorded:
-                out.append(_check("index records", "fail", f"the table holds {rows} rows where the index records say {recorded} (rows deleted or restored outside a run)",
-                                  "run `memory index`: it compares them file by file and repairs the table"))  # fmt: skip
+        _, recorded, fingerprints = indexed_by_source(settings)
+        mismatch = records_match_table(settings, rows, recorded, fingerprints)
+        if mismatch:
+            out.append(_check("index records", "fail", mismatch, "run `memory index`: it compares them file by file and repairs the table"))
         if info["building"]:
             b = next(g for g in info["generations"] if g["table"] == info["building"])
             out.append(_check("generation", "warn", f"{b['table']} for {b['provider']}/{b['model']} is being built ({b['rows']} rows so far); searches use {name}",
-                              "run `memory index` until it completes and switches"))  # fmt: skip
+                              "run `memory index`: it switches once every file is in it; files it waits for (that cannot be read, or fail) are "
+                              "listed by `memory index --json` in generation_waits_for: fix or delete them"))  # fmt: skip
         if info["previous"]:
             out.append(
                 _check("generations", "ok", f"{len(info['previous'])} previous generation(s) kept for rollback", "`memory generations prune` frees them")

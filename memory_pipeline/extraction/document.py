@@ -186,18 +186,26 @@ def _docx_body(src: OpenedFile, options: MediaOptions) -> Segments:
     return body
 
 
+# Tables nested deeper than this are read as blocks and cells (text, no rows): a page of 20,000
+# nested tables took 28 s, each level copying the text of the levels inside it.
+_MAX_TABLE_DEPTH = 8
+
+
 class _Table:
     """An HTML table being read: the secret each column names (from its first row) and the row being read."""
 
     def __init__(self) -> None:
         self.kinds: list[str | None] | None = None
         self.row: list[list[str]] | None = None  # cells, each the text parts read into it
+        self.header_row = False  # the row being read has a <th> cell
 
 
 class _HTMLText(HTMLParser):
     """Text of an HTML page: blocks on lines of their own, a table's row a line of cells joined by " | "
     (so "<td>Margarethe</td><td>Quartermaster</td>" stays two words, and a cell under a password
-    column is redacted whole: the table's first row is its header)."""
+    column is redacted whole: a first row of <th> cells is the table's header). A row of one cell
+    (a layout table: a page or an email wrapped in <table><tr><td>) keeps its blocks on lines of
+    their own. Text goes to the innermost open cell, kept on a stack: linear in nested tables."""
 
     _SKIP = {"script", "style", "noscript", "template", "svg", "head"}
     _BLOCK = {
@@ -213,24 +221,41 @@ class _HTMLText(HTMLParser):
         self.title = ""
         self._in_title = False
         self.tables: list[_Table] = []
+        self._filled: list[_Table] = []  # the tables whose row has a cell open, innermost last
+        self._deep = 0  # tables nested past _MAX_TABLE_DEPTH: read as blocks (each level copied its cells' text)
 
     def _out(self, text: str) -> None:
         """Text where it goes: the open cell of the innermost table that has one (a nested table's rows
         go into the cell holding it), or the page."""
-        for table in reversed(self.tables):
-            if table.row:
-                table.row[-1].append(text)
-                return
-        self.parts.append(text)
+        if self._filled:
+            row = self._filled[-1].row
+            assert row  # a table is on the stack only while its row has a cell
+            row[-1].append(text)
+        else:
+            self.parts.append(text)
 
     def _end_row(self) -> None:
         table = self.tables[-1]
         row, table.row = table.row, None
+        if self._filled and self._filled[-1] is table:
+            self._filled.pop()
+        header, table.header_row = table.header_row, False
         if not row:
+            return
+        if len(row) == 1:
+            # A layout table's cell: its blocks keep their lines.
+            lines = (" ".join(line.split()) for line in "".join(row[0]).split("\n"))
+            cell = "\n".join(line for line in lines if line)
+            if table.kinds is None:
+                table.kinds = table_header_kinds([cell]) if header else []
+            if cell:
+                self._out(f"\n{cell}\n")
             return
         cells = [" ".join("".join(parts).split()) for parts in row]
         if table.kinds is None:
-            table.kinds = table_header_kinds(cells)
+            # Only a row of <th> cells is a header: a first row of <td> is data as often (a form's
+            # "Password | <input>", then "Remember me on this computer" under it).
+            table.kinds = table_header_kinds(cells) if header else []
         else:
             cells = [redact_cell(kind, cell) for cell, kind in zip(cells, table.kinds + [None] * len(cells))]
         line = " | ".join(c for c in cells if c)
@@ -244,6 +269,14 @@ class _HTMLText(HTMLParser):
             self.skip += 1
         if self.skip:
             return
+        if self._deep or (tag == "table" and len(self.tables) >= _MAX_TABLE_DEPTH):
+            if tag == "table":
+                self._deep += 1
+            if tag in ("table", "tr") or tag in self._BLOCK:
+                self._out("\n")
+            elif tag in self._CELLS:
+                self._out(" ")
+            return
         if tag == "table":
             self._out("\n")
             self.tables.append(_Table())
@@ -256,6 +289,9 @@ class _HTMLText(HTMLParser):
             if table.row is None:
                 table.row = []
             table.row.append([])  # </td> may be left out: a cell runs to the next one
+            table.header_row |= tag == "th"
+            if not self._filled or self._filled[-1] is not table:
+                self._filled.append(table)
         elif tag in self._BLOCK:
             self._out("\n")
 
@@ -267,11 +303,18 @@ class _HTMLText(HTMLParser):
             return
         if self.skip:
             return
+        if self._deep:
+            if tag == "table":
+                self._deep -= 1
+            self._out("\n" if tag in ("table", "tr") or tag in self._BLOCK else " " if tag in self._CELLS else "")
+            return
         if tag in ("tr", "table") and self.tables:
             if self.tables[-1].row is not None:
                 self._end_row()
             if tag == "table":
-                self.tables.pop()
+                gone = self.tables.pop()
+                if self._filled and self._filled[-1] is gone:
+                    self._filled.pop()
                 self._out("\n")
         elif tag in self._CELLS and self.tables and self.tables[-1].row:
             self.tables[-1].row[-1].append(" ")
@@ -289,7 +332,9 @@ class _HTMLText(HTMLParser):
         while self.tables:  # a table never closed: its last row is still text
             if self.tables[-1].row is not None:
                 self._end_row()
-            self.tables.pop()
+            gone = self.tables.pop()
+            if self._filled and self._filled[-1] is gone:
+                self._filled.pop()
 
 
 def html_text(text: str) -> str:

@@ -1137,9 +1137,11 @@ def redact_cell(kind: str | None, cell: str) -> str:
     """A table cell under a column of that kind: the marker where it holds a secret, else the cell unchanged.
 
     A cell under a password column is the password whole, spaces and all ("correct horse
-    battery staple"); under a key, token or secret column, a random-looking run (_mixed):
-    such columns also list names ("DB password", "Stripe"). Empty cells, placeholders and
-    references stay.
+    battery staple"): a table that says which column holds passwords is taken at its word,
+    so a policy table's "12 characters" under "Password" is hidden too (a leak is worse).
+    Under a key, token or secret column,
+    a random-looking run (_mixed): such columns also list names ("DB password", "Stripe").
+    Empty cells, placeholders and references stay.
     """
     value = cell.strip()
     if kind is None or not value or value.startswith("[REDACTED:") or _not_a_secret(value):
@@ -1261,9 +1263,11 @@ def _redact_next_lines(text: str, lines: list[str], starts: list[int]) -> int:
                 quoted = False
             words = value.split()
             if kind == "password":
-                # Below "password:" the line is the password (YAML's plain scalar), spaces and
-                # all; a list item with spaces is a markdown list of advice unless quoted.
-                ok = len(value) >= 3 and (quoted or not item or len(words) == 1)
+                # Below "password:" a word (YAML's plain scalar) or a quoted value is the password;
+                # a sentence there ("Ask Maria at the front desk") is a note about it, unless
+                # quoted, and a list of one-word items names tools ("- Bitwarden") unless an item
+                # looks like a password ("- hunter22").
+                ok = len(value) >= 3 and (quoted or (len(words) == 1 and (not item or _strong(value))))
             else:
                 ok = len(words) == 1 and (_strong(value) or _mixed(value))
             if ok and not value.startswith("[REDACTED:") and not _not_a_secret(value.strip()):

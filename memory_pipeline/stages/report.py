@@ -236,6 +236,7 @@ def settle(settings: Settings, ident: EmbeddingIdentity) -> Settlement:
     if check.upgrade:
         return Settlement(every)
     work |= {s for s, files in check.stale.items() if files} | {s for s, files in check.orphans.items() if files}
+    work |= _building_work(settings, ident, fp)
     if work:
         ordered = [s for s in SHARD_KEYS if s in work]
         return Settlement(ordered, files_elsewhere={s: n for s, n in listed.items() if s not in work})
@@ -252,6 +253,21 @@ def settle(settings: Settings, ident: EmbeddingIdentity) -> Settlement:
         errors=run_errors(settings, SHARD_KEYS),
     )
     return Settlement([], summary, listed)
+
+
+def _building_work(settings: Settings, ident: EmbeddingIdentity, fp: str) -> set[str]:
+    """While this identity's generation builds, the shards of the files it waits for (see
+    ``write.build_waits_for``): each run tries them again and says what the switch waits for. Settled
+    on a failed file's unchanged content, every later run had been skipped, silent about the build,
+    and a failure that clears without a change the walk sees (a permission fixed, a tool installed,
+    a provider back) never let the switch happen."""
+    from memory_pipeline.stages.write import waiting_rows
+    from memory_pipeline.stores import generations
+
+    building = generations.load(settings)["building"]
+    if not building or generations.table_for(settings, ident.meta()) != building:
+        return set()
+    return {r["shard"] for r in waiting_rows(settings, fp)}
 
 
 def _shard_settled(data: storage.DataStore, shard: str, manifest: list[dict], fp: str, media_types: tuple[str, ...], media_max: int) -> bool:
@@ -283,7 +299,32 @@ def _selection_changed(row: dict, media_types: tuple[str, ...], media_max: int) 
     return now != row["status"]
 
 
-def indexed_by_source(settings: Settings) -> tuple[dict[str, dict], int]:
+def records_match_table(settings: Settings, table_rows: int, recorded: int, fingerprints: set[str]) -> str:
+    """'' when the table searches read holds as many rows as the records say, or when no verdict can
+    be given; else what is wrong. A verdict only when every record is of the configured model's
+    fingerprint and that model's generation is the current one, not building: after a rollback, or
+    while a new generation builds, the records describe two tables."""
+    from memory_pipeline.changes import EmbeddingIdentity
+    from memory_pipeline.errors import MemoryPipelineError
+    from memory_pipeline.providers.registry import resolve_provider
+    from memory_pipeline.stores import generations
+
+    if table_rows == recorded:
+        return ""
+    try:
+        ident = EmbeddingIdentity.of(resolve_provider(settings))
+    except MemoryPipelineError:
+        return ""
+    state = generations.load(settings)
+    current = state["current"]
+    if state["building"] or (current and generations.table_for(settings, ident.meta()) != current):
+        return ""
+    if fingerprints - {fingerprint(settings, ident)}:
+        return ""
+    return f"the table holds {table_rows} rows where the index records say {recorded} (rows deleted or restored outside a run)"
+
+
+def indexed_by_source(settings: Settings) -> tuple[dict[str, dict], int, set[str]]:
     """Per source, from the last records: ``files`` seen, ``indexed_files`` (the version on disk is
     in the index), ``stale_files`` (an older version's rows stand in: the file fails now) and
     ``chunks``; and the chunks the records say the tables hold, in all. (`memory status` had counted
@@ -291,19 +332,21 @@ def indexed_by_source(settings: Settings) -> tuple[dict[str, dict], int]:
     data = storage.of(settings)
     per: dict[str, dict] = {s.name: {"files": 0, "indexed_files": 0, "stale_files": 0, "chunks": 0} for s in settings.sources}
     recorded = 0
+    fingerprints: set[str] = set()
     for shard in SHARD_KEYS:
         seen = {r["doc_id"]: r for r in data.read("source_files", shard, MANIFEST_SCHEMA).to_pylist() if r["path"]}
         for row in seen.values():
             per.setdefault(row["source"], {"files": 0, "indexed_files": 0, "stale_files": 0, "chunks": 0})["files"] += 1
         for row in data.read("memory_vectors", shard, INDEXED_STATE_SCHEMA, ".state").to_pylist():
             recorded += row["chunks"]
+            fingerprints.add(row["fingerprint"])
             file = seen.get(row["doc_id"])
             if file is None:
                 continue  # deleted since: the next run removes its rows
             entry = per[file["source"]]
             entry["chunks"] += row["chunks"]
             entry["indexed_files" if row["sha256"] == file["sha256"] else "stale_files"] += 1
-    return per, recorded
+    return per, recorded, fingerprints
 
 
 def settled_summary(settings: Settings, ident: EmbeddingIdentity) -> RunSummary | None:
@@ -311,4 +354,4 @@ def settled_summary(settings: Settings, ident: EmbeddingIdentity) -> RunSummary 
     return settle(settings, ident).summary
 
 
-__all__ = ["EmbedInfo", "RunResults", "RunSummary", "Settlement", "indexed_by_source", "run_errors", "settle", "settled_summary"]
+__all__ = ["EmbedInfo", "RunResults", "RunSummary", "Settlement", "indexed_by_source", "records_match_table", "run_errors", "settle", "settled_summary"]

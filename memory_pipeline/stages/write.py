@@ -312,28 +312,45 @@ def build_complete(settings: Settings, fp: str) -> bool:
 def build_waits_for(settings: Settings, fp: str, limit: int = 5) -> list[str]:
     """Up to ``limit`` files a building generation of fingerprint ``fp`` still lacks (``source:path``).
 
-    A file to index that is not in it yet; and a file that is in another generation only and cannot
-    be indexed now: its folder cannot be listed (:data:`KEPT`), its source folder is missing, or it
-    fails (the rows of its last good version are kept). Switching without those would drop them from
-    every search; the switch waits until they can be read (or are deleted) instead.
+    A file to index that is not in it yet; and a file that cannot be indexed now while the current
+    generation (the one searched) holds its rows: its folder cannot be listed (:data:`KEPT`), its
+    source folder is missing, or it fails (the rows of its last good version are kept). Switching
+    without those would drop them from every search; the switch waits until they can be read (or
+    are deleted) instead. A failing file whose rows no served table holds (a generation rolled back
+    from, or pruned) is not waited for.
     """
+    return [f"{r['source']}:{r['path']}" for r in waiting_rows(settings, fp, limit)]
+
+
+def waiting_rows(settings: Settings, fp: str, limit: int | None = None) -> list[dict]:
+    """The manifest rows :func:`build_waits_for` names (all of them when ``limit`` is None)."""
     data = storage.of(settings)
-    waiting: list[str] = []
+    waiting: list[dict] = []
+    maybe: list[dict] = []  # cannot be indexed now: waited for if the current generation holds rows of it
     for shard in SHARD_KEYS:
         state = {r["doc_id"]: r["fingerprint"] for r in data.read("memory_vectors", shard, INDEXED_STATE_SCHEMA, ".state").to_pylist()}
         status = data.read("extracted_content", shard, EXTRACTION_STATUS_SCHEMA, ".status").to_pylist()
         failed = {r["doc_id"] for r in status if r["status"] == "failed"}
         for row in data.read("source_files", shard, MANIFEST_SCHEMA).to_pylist():
             got = state.get(row["doc_id"])
-            if got == fp or not row["path"]:
+            if got == fp or not row["path"] or row["path"].endswith("/"):
                 continue
-            to_index = row["status"] == "ok" and row["doc_id"] not in failed
-            kept_elsewhere = got is not None and (row["walk_status"] == KEPT or row["status"] == "failed" or row["doc_id"] in failed)
-            if to_index or kept_elsewhere:
-                waiting.append(f"{row['source']}:{row['path']}")
-                if len(waiting) >= limit:
+            if row["status"] == "ok" and row["doc_id"] not in failed and row["walk_status"] != KEPT:
+                waiting.append(row)
+                if limit is not None and len(waiting) >= limit:
                     return waiting
-    return waiting
+            elif got is not None and (row["walk_status"] == KEPT or row["status"] == "failed" or row["doc_id"] in failed):
+                maybe.append(row)
+    if maybe:
+        held = _held_by_current(settings, [r["doc_id"] for r in maybe])
+        waiting += [r for r in maybe if r["doc_id"] in held]
+    return waiting if limit is None else waiting[:limit]
+
+
+def _held_by_current(settings: Settings, docs: list[str]) -> set[str]:
+    """Which of ``docs`` have rows in the generation searches read."""
+    current, _ = generations.current(settings)
+    return VectorStore(storage.of(settings).lancedb_uri, current).docs_present(docs)
 
 
 def reset_index_state(settings: Settings) -> None:
@@ -597,4 +614,4 @@ def table_rows(chunks: pa.Table, settings: Settings, ident: EmbeddingIdentity, n
     return pa.table(cols, schema=schema)
 
 
-__all__ = ["ShardVectors", "WriteStats", "build_complete", "build_waits_for", "doc_slices", "reset_index_state", "table_rows", "write_vectors"]
+__all__ = ["ShardVectors", "WriteStats", "build_complete", "build_waits_for", "waiting_rows", "doc_slices", "reset_index_state", "table_rows", "write_vectors"]

@@ -49,7 +49,7 @@ DUCKDB_MEMORY_LIMIT = "128MB"
 DUCKDB_CHECKPOINT = "1MB"
 DUCKDB_ALLOCATOR_FLUSH = "256KB"
 ROWS_BATCH = 8_192
-SCHEMA_VERSION = 4  # of the database's tables: a change rebuilds every cached database
+SCHEMA_VERSION = 5  # of the database's tables: a change rebuilds every cached database
 # The columns of the ledgers' tables before their first line (then: every key of the lines).
 USAGE_COLUMNS = 'run_id VARCHAR, provider VARCHAR, model VARCHAR, chunks BIGINT, tokens BIGINT, batch BOOLEAN, est_usd DOUBLE, "at" VARCHAR'
 RUNS_COLUMNS = "run_id VARCHAR, finished_at VARCHAR, files_seen BIGINT, files_changed BIGINT, table_rows BIGINT, errors BIGINT"
@@ -109,7 +109,9 @@ WITH files AS (
            count(*) FILTER (WHERE state = 'pending') AS files_pending,
            count(*) FILTER (WHERE stale) AS files_stale,
            sum(chunks)::BIGINT AS chunks
-    FROM file_status GROUP BY ALL
+    FROM file_status
+    WHERE NOT ends_with(path, '/')  -- a folder that cannot be listed is a problem, not a file (its files are counted)
+    GROUP BY ALL
 ), rows AS (
     SELECT source, modality, count(*) AS rows, sum(tokens)::BIGINT AS tokens FROM vector_rows GROUP BY ALL
 )

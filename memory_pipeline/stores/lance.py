@@ -772,6 +772,21 @@ class VectorStore:
         except Exception as err:  # a damaged table folder: the caller repairs by re-indexing
             raise StoreError(f"cannot read table {self.table_name} at {self.uri}: {err}") from err
 
+    def docs_present(self, docs: Sequence[str]) -> set[str]:
+        """Which of ``docs`` have rows in the table (a filtered scan of one column, 500 ids a query)."""
+        table = self.open()
+        found: set[str] = set()
+        if table is None:
+            return found
+        for i in range(0, len(docs), 500):
+            batch = list(docs[i : i + 500])
+            try:
+                rows = table.search().where(f"doc_id IN ({_sql_list(batch)})").select(["doc_id"]).limit(None).to_arrow()
+            except Exception as err:  # a damaged table folder
+                raise StoreError(f"cannot read table {self.table_name} at {self.uri}: {err}") from err
+            found.update(rows.column("doc_id").to_pylist())
+        return found
+
 
 # ``ann.refine_factor`` was chosen for recall@10: a query whose limit is larger (the searcher's
 # candidate pool, 24 and up) re-ranks as many candidates as ten results would, not refine_factor

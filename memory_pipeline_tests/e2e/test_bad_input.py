@@ -328,6 +328,11 @@ def test_a_model_change_waits_for_a_folder_that_cannot_be_listed(tmp_path: Path)
         assert hits and hits[0]["path"].endswith(name), hits  # still the current generation's
     waiting = run_json("index", "--config", str(cfg), "--json")  # the folder is back; the note still fails
     assert waiting["generation"] == "building" and waiting["generation_waits_for"] == ["mem:kiln.md"], waiting
+    # Not a skipped run while the build waits: each run tries the file again and says so (a run
+    # settled on the failed file's unchanged content had been skipped, silent about the build).
+    again = run_cli("index", "--config", str(cfg))
+    assert again.returncode == 0 and "[WARN] the new generation memory_vectors__g2 is not complete" in again.stderr, again.stderr
+    assert "it waits for mem:kiln.md (fix or delete them" in again.stderr, again.stderr
     (mem / "kiln.md").write_bytes(good)
     done = run_json("index", "--config", str(cfg), "--json")
     assert done["generation"] == "switched" and done["table"] == "memory_vectors__g2" and done["table_rows"] == 2, done

@@ -167,6 +167,9 @@ def test_a_run_after_a_rollback_builds_the_whole_generation(tmp_path: Path):
     assert first["generation"] == "switched"
     back = run_cli("generations", "rollback", "--config", str(cfg))
     assert back.returncode == 0, back.stderr
+    # The records are of the generation rolled back from: no verdict on the table against them.
+    assert "mismatch" not in run_json("status", "--config", str(cfg), "--json")["table"]
+    assert run_cli("doctor", "--config", str(cfg)).returncode == 0
     note = next((tmp_path / "mem").glob("2026-*.md"))
     note.write_text(note.read_text() + "\nOne more line about the sourdough starter.\n")
     again = run_json("index", "--config", str(cfg), "--json")

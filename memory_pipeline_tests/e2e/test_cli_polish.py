@@ -277,3 +277,19 @@ def test_a_file_that_still_fails_is_not_counted_as_changed(tmp_path: Path):
     (mem / name).write_text("# New\n\nA new note in the same shard.\n")
     again = run_json("index", "--config", str(cfg), "--json")
     assert again["files_changed"] == 1 and [Path(e["path"]).name for e in again["errors"]] == ["bad.md"], again
+
+
+def test_a_folder_row_is_a_problem_not_a_file_in_coverage(tmp_path: Path):
+    """A folder that is not walked (its name looks like a secret; or it cannot be listed) is listed
+    among the problems, but it is not a file: counted as one, it kept coverage below 1.0."""
+    mem = tmp_path / "mem"
+    secret = mem / ("ghp_" + "K7mPq2RxT9vWb4NzH6cYd8FjL3sGe5UaXw2R")
+    secret.mkdir(parents=True)
+    (secret / "inside.md").write_text("# In\n\nNot walked.\n")
+    (mem / "a.md").write_text("# A\n\nThe kiln note.\n")
+    cfg = write_config(tmp_path / "memory_pipeline.yaml", provider="none")
+    run_json("index", "--config", str(cfg), "--json")
+    rows = run_json("analytics", "--config", str(cfg), "--json", "--sql", "SELECT sum(files_indexable) AS n, min(coverage) AS c FROM coverage")["rows"]
+    assert rows == [{"n": 1, "c": 1.0}], rows
+    kinds = [(f["kind"], f["path"].endswith("/")) for f in run_json("analytics", "--config", str(cfg), "--json")["problem_files"]]
+    assert kinds == [("failed", True)], kinds
