@@ -449,7 +449,7 @@ def cmd_status(args) -> int:
     from memory_pipeline.batching.report import batch_status
     from memory_pipeline.providers.registry import resolve_provider
     from memory_pipeline.runner import last_run
-    from memory_pipeline.stages.report import indexed_by_source
+    from memory_pipeline.stages.report import indexed_by_source, records_match_table
     from memory_pipeline.stores.cache import entries as cache_size
     from memory_pipeline.stores.lance import VectorStore
 
@@ -472,7 +472,7 @@ def cmd_status(args) -> int:
 
     table_name, _ = generations.current(settings)
     store = VectorStore(storage.of(settings).lancedb_uri, table_name)
-    per_source, recorded_chunks = indexed_by_source(settings)
+    per_source, recorded_chunks, fingerprints = indexed_by_source(settings)
     cache_entries, cache_error = 0, ""
     if storage.of(settings).cache_path.is_file():
         try:  # read only: status also reports a data folder this user cannot write
@@ -484,12 +484,10 @@ def cmd_status(args) -> int:
     rows = table.count_rows() if table is not None else 0
     described = generations.describe(settings)
     # The records against the table (cheap: two counts): rows deleted outside a run, or a table
-    # restored from elsewhere. While a generation builds, the records are of two tables: no claim.
-    mismatch = (
-        ""
-        if described["building"] or rows == recorded_chunks
-        else (f"the table holds {rows} rows where the index records say {recorded_chunks}: run `memory index` (it repairs the table)")
-    )
+    # restored from elsewhere. After a rollback or while a generation builds: no claim.
+    mismatch = records_match_table(settings, rows, recorded_chunks, fingerprints)
+    if mismatch:
+        mismatch += ": run `memory index` (it repairs the table)"
     status = {
         "config": str(settings.config_path),
         "data_dir": data.location,

@@ -289,7 +289,7 @@ def test_a_folder_row_is_a_problem_not_a_file_in_coverage(tmp_path: Path):
     (mem / "a.md").write_text("# A\n\nThe kiln note.\n")
     cfg = write_config(tmp_path / "memory_pipeline.yaml", provider="none")
     run_json("index", "--config", str(cfg), "--json")
-    rows = run_json("analytics", "--config", str(cfg), "--json", "--sql", "SELECT sum(files_indexable) AS n, min(coverage) AS c FROM coverage")["rows"]
+    rows = run_json("analytics", "--config", str(cfg), "--json", "--sql", "SELECT sum(files_indexable)::BIGINT AS n, min(coverage) AS c FROM coverage")["rows"]
     assert rows == [{"n": 1, "c": 1.0}], rows
     kinds = [(f["kind"], f["path"].endswith("/")) for f in run_json("analytics", "--config", str(cfg), "--json")["problem_files"]]
     assert kinds == [("failed", True)], kinds

@@ -309,7 +309,13 @@ def test_pieces_of_a_split_long_line_overlap():
 # changes any chunk of any input, this test fails: bump CHUNKER_REVISION (so existing indexes are
 # chunked again instead of mixing old and new chunks) and add the new digest under the new revision.
 # (Revisions 1 and 2 were taken before the corpus gained its titled note.)
-CHUNKER_GOLDEN = {"1": "9d752d4d4acf788d", "2": "2b221bcd87fcea40", "3": "887e991ae14aa3d7", "4": "137146c497f361e4", "5": "137146c497f361e4"}  # 5: the input changed, not the chunker
+CHUNKER_GOLDEN = {
+    "1": "9d752d4d4acf788d",
+    "2": "2b221bcd87fcea40",
+    "3": "887e991ae14aa3d7",
+    "4": "137146c497f361e4",
+    "5": "137146c497f361e4",
+}  # 5: the input changed, not the chunker
 
 
 def _golden_corpus_digest() -> str:
