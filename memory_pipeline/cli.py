@@ -135,6 +135,13 @@ def cmd_index(args) -> int:
         )
         for err in summary["errors"]:
             print(f"  {err['status']}: {shown(err['path'])}: {shown(err['reason'])}", file=sys.stderr)
+        coverage = summary.get("coverage")
+        if coverage is not None and coverage < settings.checks.min_coverage:
+            print(
+                f"[WARN] coverage {coverage:.3f} is below checks.min_coverage {settings.checks.min_coverage}: "
+                "`memory analytics` lists the files not indexed and why",
+                file=sys.stderr,
+            )
         if summary.get("generation") == "building":
             waits = summary.get("generation_waits_for") or []
             print(

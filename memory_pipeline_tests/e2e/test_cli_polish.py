@@ -293,3 +293,17 @@ def test_a_folder_row_is_a_problem_not_a_file_in_coverage(tmp_path: Path):
     assert rows == [{"n": 1, "c": 1.0}], rows
     kinds = [(f["kind"], f["path"].endswith("/")) for f in run_json("analytics", "--config", str(cfg), "--json")["problem_files"]]
     assert kinds == [("failed", True)], kinds
+
+
+def test_index_warns_when_coverage_is_below_the_threshold(tmp_path: Path):
+    """The text summary said "Indexed 4 files: 4 changed" with three of them failed, and nothing
+    about the coverage check it had just failed."""
+    mem = tmp_path / "mem"
+    mem.mkdir()
+    (mem / "good.md").write_text("# Good\n\nThe kiln note.\n")
+    for i in range(3):
+        (mem / f"bad{i}.md").write_bytes(b"\xff\xfe not utf-8\n")
+    cfg = write_config(tmp_path / "memory_pipeline.yaml", provider="none")
+    proc = run_cli("index", "--config", str(cfg))
+    assert proc.returncode == 0, proc.stderr
+    assert "[WARN] coverage 0.250 is below checks.min_coverage 0.9: `memory analytics` lists the files not indexed and why" in proc.stderr, proc.stderr
