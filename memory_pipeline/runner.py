@@ -236,7 +236,7 @@ def _materialize(settings: Settings, force: bool, home: Path, hooks: StageHooks,
         )
         if result.success:
             return result.run_id
-        raise _failure(result, results)
+        raise _failure(result, results, remote=storage.of(settings).remote is not None)
 
 
 # The process a run of `memory index` (or the server) lives in: ``host:pid:start``. Such a run
@@ -327,9 +327,11 @@ def _interrupted(result) -> bool:
     return False
 
 
-def _failure(result, results: RunResults) -> BaseException:
+def _failure(result, results: RunResults, *, remote: bool = False) -> BaseException:
     """The error of a failed run, for the user: an interruption as ``KeyboardInterrupt`` (the run
-    resumes when started again), our own error as itself (with its hint), else what failed."""
+    resumes when started again), our own error as itself (with its hint), else what failed. An
+    ``OSError`` is the disk's or the object store's (``remote``: an ``s3://`` data_dir), not a bug:
+    its hint says what to check (it named the Dagster UI, for a store that went down mid-run)."""
     from memory_pipeline.defs.checks import CHECKS
 
     if _interrupted(result):
@@ -338,7 +340,12 @@ def _failure(result, results: RunResults) -> BaseException:
     if isinstance(err, MemoryPipelineError):
         return err
     if err is not None:
-        return MemoryPipelineError(f"the index run failed: {type(err).__name__}: {err}", hint="see the run in the Dagster UI (make ui) for the traceback")
+        hint = "see the run in the Dagster UI (make ui) for the traceback"
+        if isinstance(err, OSError):
+            from memory_pipeline.errors import ObjectStoreError
+
+            hint = ObjectStoreError.hint if remote else "a file or storage error: check the data folder's disk and permissions"
+        return MemoryPipelineError(f"the index run failed: {type(err).__name__}: {err}", hint=hint)
     failed_checks = [e.check_name for e in result.get_asset_check_evaluations() if not e.passed and CHECKS.get(e.check_name, (False,))[0]]
     if failed_checks:
         return MemoryPipelineError(
