@@ -23,7 +23,7 @@ from memory_pipeline.stages.embed import EmbedCounts, embed_chunks
 from memory_pipeline.stages.extract import ExtractCounts, extract_content
 from memory_pipeline.stages.hooks import NO_HOOKS, StageHooks
 from memory_pipeline.stages.report import EmbedInfo, RunResults, RunSummary, run_errors, settled_summary
-from memory_pipeline.stages.write import WriteStats, build_complete, reset_index_state, write_vectors
+from memory_pipeline.stages.write import WriteStats, reset_index_state, write_vectors
 
 __all__ = [
     "NO_HOOKS",
@@ -37,7 +37,6 @@ __all__ = [
     "StageHooks",
     "TableCheck",
     "WriteStats",
-    "build_complete",
     "check_table",
     "discover",
     "embed_chunks",

@@ -303,12 +303,6 @@ def write_vectors(
     return stats
 
 
-def build_complete(settings: Settings, fp: str) -> bool:
-    """Every indexable file of every shard is in the table of fingerprint ``fp`` (or failed to extract,
-    never indexed): :func:`build_waits_for` finds none."""
-    return not build_waits_for(settings, fp, limit=1)
-
-
 def build_waits_for(settings: Settings, fp: str, limit: int = 5) -> list[str]:
     """Up to ``limit`` files a building generation of fingerprint ``fp`` still lacks (``source:path``).
 
@@ -614,4 +608,4 @@ def table_rows(chunks: pa.Table, settings: Settings, ident: EmbeddingIdentity, n
     return pa.table(cols, schema=schema)
 
 
-__all__ = ["ShardVectors", "WriteStats", "build_complete", "build_waits_for", "waiting_rows", "doc_slices", "reset_index_state", "table_rows", "write_vectors"]
+__all__ = ["ShardVectors", "WriteStats", "build_waits_for", "waiting_rows", "doc_slices", "reset_index_state", "table_rows", "write_vectors"]
