@@ -49,6 +49,12 @@ def clean_text(text: str) -> tuple[str, int]:
     return text, removed + replaced
 
 
+def clean_and_redact(text: str) -> str:
+    """Text read back for a user as the index holds it (``memory_get``, an asset's derived text):
+    cleaned, then redacted, as :func:`finish` does for every extracted segment."""
+    return redact(clean_text(text)[0])[0]
+
+
 def surrogates(text: str) -> int:
     """How many lone surrogates ``text`` holds (what :func:`clean_text` replaces)."""
     return len(_SURROGATE.findall(text))

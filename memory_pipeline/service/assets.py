@@ -298,12 +298,11 @@ class AssetService:
         if record.get("storePayload") and payload_rows:
             derived = "\n".join(r["text"] for r in payload_rows)
         else:
-            from memory_pipeline.extraction.output import clean_text
-            from memory_pipeline.extraction.redact import redact
+            from memory_pipeline.extraction.output import clean_and_redact
 
             # The record file as written (the text the client sent): redacted as the index's text is,
             # as the query route shows it (it came back with a password in clear).
-            derived = redact(clean_text(_body(self._record_path(parts)))[0])[0]
+            derived = clean_and_redact(_body(self._record_path(parts)))
         return {
             **{
                 k: record.get(k)

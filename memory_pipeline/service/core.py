@@ -227,8 +227,7 @@ class MemoryService:
                 f"{rel} is a {modality or 'binary'} file, not text; its derived text is in search results "
                 "(and its note, if any, in FILE.note.md)", key="path",
             )  # fmt: skip
-        from memory_pipeline.extraction.output import clean_text
-        from memory_pipeline.extraction.redact import redact
+        from memory_pipeline.extraction.output import clean_and_redact
 
         # Cleaned and redacted as the index's text is (the whole file: a key block may start above
         # the lines asked for), and cut into lines as the chunker counts them: at "\n" only, a
@@ -236,7 +235,7 @@ class MemoryService:
         # lines whole (their detector needs a line start) and a key with a control character inside
         # it (which cleaning removes before the index redacts) came back in clear; `splitlines`
         # also cut at form feeds, NEL and U+2028, so line numbers disagreed with search locators.
-        text = redact(clean_text(data.decode("utf-8", errors="replace"))[0])[0]
+        text = clean_and_redact(data.decode("utf-8", errors="replace"))
         all_lines = text.split("\n")
         if all_lines and all_lines[-1] == "":
             all_lines.pop()  # the break that ends the last line
