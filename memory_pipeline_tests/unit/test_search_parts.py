@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from datetime import UTC, date, timedelta
@@ -11,6 +12,8 @@ import lancedb
 import numpy as np
 import pyarrow as pa
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from memory_pipeline.discovery import glob_match
 from memory_pipeline.errors import ConfigError
@@ -264,3 +267,36 @@ def test_mmr_without_vectors_uses_word_overlap():
         Candidate({"text": "boiler pressure topped up"}, score=0.5),
     ]
     assert [c.row["text"][:6] for c in _mmr(cands, [], 0.5, limit=2)] == ["kafka ", "boiler"]
+
+
+_BEIR_LINE = st.one_of(
+    st.text(max_size=80),
+    st.builds(
+        lambda i, t, title: json.dumps({"_id": i, "text": t, "title": title}),
+        st.one_of(st.text(max_size=4), st.integers(), st.booleans(), st.none(), st.lists(st.integers(), max_size=2)),
+        st.one_of(st.text(max_size=20), st.none(), st.integers(), st.dictionaries(st.text(max_size=3), st.integers(), max_size=2)),
+        st.one_of(st.text(max_size=10), st.none(), st.floats(allow_nan=True)),
+    ),
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    corpus=st.lists(_BEIR_LINE, max_size=6),
+    queries=st.lists(_BEIR_LINE, max_size=4),
+    qrels=st.lists(st.text(alphabet="q0d1\t -x", max_size=12), max_size=5),
+)
+def test_load_beir_answers_any_input_with_a_set_or_one_clear_error(tmp_path: Path, corpus: list[str], queries: list[str], qrels: list[str]):
+    """Hostile BEIR files (arbitrary lines, ids and texts of any JSON type, broken qrels): a BeirSet,
+    or a ConfigError naming the file, never another exception."""
+    paths = {}
+    for name, lines in (("corpus.jsonl", corpus), ("queries.jsonl", queries), ("qrels.tsv", qrels)):
+        paths[name] = tmp_path / name
+        paths[name].write_text("\n".join(line.replace("\n", " ") for line in lines) + "\n", encoding="utf-8", errors="surrogatepass")
+    try:
+        beir = load_beir(paths["corpus.jsonl"], paths["queries.jsonl"], paths["qrels.tsv"])
+    except ConfigError as err:
+        assert str(tmp_path) in str(err) and err.hint, err
+    else:
+        assert beir.corpus and all(isinstance(t, str) and isinstance(x, str) for t, x in beir.corpus.values())
+        assert any(score > 0 for rels in beir.qrels.values() for score in rels.values())
